@@ -1,0 +1,60 @@
+// Lint enforces the layer arrows of the architecture: routes never reach machines,
+// controllers or adapters; machines import only xstate; migrations import no application code.
+import tseslint from 'typescript-eslint';
+
+
+export default tseslint.config(
+  { ignores: ['node_modules/**', 'dist/**', 'data/**', '.artifacts/**', 'src/ui/**/dist/**'] },
+  ...tseslint.configs.recommended,
+  {
+    rules: {
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+    },
+  },
+  {
+    // Migrations see the schema as it was when they were written, not today's types.
+    files: ['migrations/**', 'src/db/migrate.ts'],
+    rules: { '@typescript-eslint/no-explicit-any': 'off' },
+  },
+  {
+    files: ['src/api/**'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        patterns: [
+          { group: ['**/machines/**', '**/controllers/**', '**/adapters/**'], message: 'The API reads state and writes requests; it never reaches machines, controllers or adapters (architecture.md).' },
+          { group: ['dockerode', 'node:child_process', 'child_process', 'xstate'], message: 'The API never touches Docker or runs machines (architecture.md).' },
+        ],
+      }],
+    },
+  },
+  {
+    files: ['machines/**'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        patterns: [
+          { group: ['*', '!xstate', '!xstate/*', '!./*', '!../machines/*'], message: 'Machines are pure charts: they import only xstate (architecture.md).' },
+        ],
+      }],
+    },
+  },
+  {
+    files: ['migrations/**'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        patterns: [
+          { group: ['*', '!kysely'], message: 'Migrations never import application code: they must still run after the code has moved on.' },
+        ],
+      }],
+    },
+  },
+  {
+    files: ['src/state/**', 'src/db/**'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        patterns: [
+          { group: ['**/api/**', '**/machines/**', '**/controllers/**', '**/adapters/**', 'dockerode'], message: 'Repositories only talk to the database.' },
+        ],
+      }],
+    },
+  },
+);

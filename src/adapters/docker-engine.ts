@@ -1,0 +1,108 @@
+// The Docker Engine through dockerode. Version negotiation is left to the client (rig.md: asking
+// a 20.10 engine for a newer API fails).
+import Docker from 'dockerode';
+import { readFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
+import type { VersionInfo } from '../api/ports.ts';
+
+export function connectEngine(socketPath: string): Docker {
+  return new Docker({ socketPath });
+}
+
+/** `sha256:…` part of a RepoDigest such as `127.0.0.1:5000/installer@sha256:…`. */
+export function digestOf(repoDigest: string): string | null {
+  const at = repoDigest.lastIndexOf('@');
+  return at >= 0 ? repoDigest.slice(at + 1) : null;
+}
+
+/** Repository part of a reference without tag or digest, with `localhost` and `127.0.0.1` treated alike. */
+export function repositoryOf(reference: string): string {
+  let ref = reference.split('@')[0]!;
+  const lastSlash = ref.lastIndexOf('/');
+  const colon = ref.lastIndexOf(':');
+  if (colon > lastSlash) ref = ref.slice(0, colon);
+  return ref.replace(/^localhost(?=[:/])/, '127.0.0.1');
+}
+
+export function tagOf(reference: string): string | null {
+  const ref = reference.split('@')[0]!;
+  const lastSlash = ref.lastIndexOf('/');
+  const colon = ref.lastIndexOf(':');
+  return colon > lastSlash ? ref.slice(colon + 1) : null;
+}
+
+/**
+ * Picks the registry digest of an image for a repository from its RepoDigests. Repository
+ * names differ between `localhost` and `127.0.0.1`, so they are compared normalised; when no
+ * name matches but every RepoDigest agrees on one digest, that digest is the answer.
+ */
+export function pickDigest(repoDigests: readonly string[], repository: string): string | null {
+  const wanted = repositoryOf(repository);
+  const match = repoDigests.find((d) => repositoryOf(d) === wanted);
+  if (match) return digestOf(match);
+  const distinct = [...new Set(repoDigests.map(digestOf).filter((d): d is string => d !== null))];
+  return distinct.length === 1 ? distinct[0]! : null;
+}
+
+/** The id of the container this process runs in, or null outside a container. */
+export async function ownContainerId(): Promise<string | null> {
+  try {
+    const mountinfo = await readFile('/proc/self/mountinfo', 'utf8');
+    const m = /\/(?:docker\/)?containers\/([0-9a-f]{64})\//.exec(mountinfo);
+    if (m) return m[1]!;
+  } catch {
+    /* not Linux or no procfs */
+  }
+  try {
+    const cgroup = await readFile('/proc/self/cgroup', 'utf8');
+    const m = /[/-]([0-9a-f]{64})(?:\.scope)?$/m.exec(cgroup);
+    if (m) return m[1]!;
+  } catch {
+    /* no cgroup file */
+  }
+  return null;
+}
+
+export class EngineRuntime {
+  private cached: VersionInfo | undefined;
+  constructor(
+    private readonly docker: Docker,
+    private readonly repository: string,
+  ) {}
+
+  /** What this process runs as. A container's image never changes while it runs, so it is cached. */
+  async version(): Promise<VersionInfo> {
+    if (this.cached) return this.cached;
+    const id = (await ownContainerId()) ?? (await this.containerByHostname());
+    if (!id) {
+      return {
+        inContainer: false, image: null, tag: null, digest: null, imageId: null, containerId: null,
+        note: 'not running in a container: there is no image to report',
+      };
+    }
+    const container = await this.docker.getContainer(id).inspect();
+    const image = await this.docker.getImage(container.Image).inspect();
+    const reference = container.Config.Image;
+    const digest = pickDigest(image.RepoDigests ?? [], this.repository);
+    const info: VersionInfo = {
+      inContainer: true,
+      image: reference,
+      tag: tagOf(reference),
+      digest,
+      imageId: image.Id,
+      containerId: container.Id,
+      ...(digest ? {} : { note: 'the running image was never pushed to or pulled from a registry, so it has no registry digest' }),
+    };
+    this.cached = info;
+    return info;
+  }
+
+  private async containerByHostname(): Promise<string | null> {
+    try {
+      const c = await this.docker.getContainer(hostname()).inspect();
+      return c.Id;
+    } catch {
+      return null;
+    }
+  }
+}

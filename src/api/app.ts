@@ -1,0 +1,76 @@
+// Builds the Fastify app: external plugins, then auth and error handling, then one plugin per
+// resource inside a child context that owns the zod compilers.
+import Fastify, { type FastifyInstance, type FastifyBaseLogger } from 'fastify';
+import fastifySwagger from '@fastify/swagger';
+import fastifySwaggerUi from '@fastify/swagger-ui';
+import fastifyRateLimit from '@fastify/rate-limit';
+import { serializerCompiler, validatorCompiler, jsonSchemaTransform } from 'fastify-type-provider-zod';
+import type { Logger } from 'pino';
+import type { Settings } from '../config.ts';
+import type { Database } from '../db/database.ts';
+import type { RuntimePort } from './ports.ts';
+import { authPlugin } from './auth.ts';
+import { errorBody, installErrorHandling } from './errors.ts';
+import { healthRoutes } from './routes/health.ts';
+import { versionRoutes } from './routes/version.ts';
+import { authRoutes } from './routes/auth.ts';
+import { userRoutes } from './routes/users.ts';
+
+export interface AppDeps {
+  settings: Settings;
+  database: Database;
+  logger: Logger;
+  jwtSecret: string;
+  serviceToken: () => string;
+  runtime: RuntimePort;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    deps: AppDeps;
+  }
+}
+
+export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: deps.logger as FastifyBaseLogger,
+    bodyLimit: 1024 * 1024,
+    disableRequestLogging: false,
+    requestIdHeader: false,
+    trustProxy: false,
+    return503OnClosing: true,
+  });
+  app.decorate('deps', deps);
+
+  installErrorHandling(app);
+  await app.register(fastifyRateLimit, {
+    global: false,
+    errorResponseBuilder: (_req, ctx) =>
+      errorBody(429, `too many attempts: try again in ${Math.ceil(ctx.ttl / 1000)} s`, 'rate_limited'),
+  });
+  await app.register(authPlugin, {
+    jwtSecret: deps.jwtSecret,
+    serviceToken: deps.serviceToken,
+    serviceActorName: deps.settings.SERVICE_ACTOR_NAME,
+    tokenTtlSeconds: deps.settings.TOKEN_TTL_SECONDS,
+  });
+  await app.register(fastifySwagger, {
+    openapi: {
+      info: { title: 'Installer API', version: '1' },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT or service token' } } },
+      security: [{ bearer: [] }],
+    },
+    transform: jsonSchemaTransform,
+  });
+  await app.register(fastifySwaggerUi, { routePrefix: '/api/docs' });
+
+  await app.register(async (api) => {
+    api.setValidatorCompiler(validatorCompiler);
+    api.setSerializerCompiler(serializerCompiler);
+    await api.register(healthRoutes);
+    await api.register(versionRoutes);
+    await api.register(authRoutes);
+    await api.register(userRoutes);
+  });
+  return app;
+}

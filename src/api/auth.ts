@@ -1,0 +1,109 @@
+// Authentication and roles for every /api route. A route declares `config.access`: 'public' or the
+// least role it needs (viewer < operator < admin); API routes default to 'viewer' (any signed-in
+// caller). A bearer token is either a JWT issued by /api/auth/login or the service token.
+import fp from 'fastify-plugin';
+import fastifyJwt from '@fastify/jwt';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { Role } from '../db/schema.ts';
+import { actorOf, hasRole, type Actor, type Principal } from '../auth/actor.ts';
+import { forbidden, unauthenticated, badRequest } from '../errors.ts';
+
+export type Access = 'public' | Role;
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    access?: Access;
+  }
+  interface FastifyRequest {
+    principal: Principal | null;
+    /** The acting user for audit rows; throws 401 on a public route. */
+    actor(): Actor;
+  }
+}
+
+declare module '@fastify/jwt' {
+  interface FastifyJWT {
+    payload: { sub: string; role: Role };
+    user: { sub: string; role: Role; iat: number; exp: number };
+  }
+}
+
+export interface AuthOptions {
+  jwtSecret: string;
+  /** Returns the current service token (re-read so that replacing its file rotates it). */
+  serviceToken: () => string;
+  serviceActorName: string;
+  tokenTtlSeconds: number;
+}
+
+const sha256 = (s: string) => createHash('sha256').update(s).digest();
+
+export function constantTimeEqual(a: string, b: string): boolean {
+  return timingSafeEqual(sha256(a), sha256(b));
+}
+
+const ACTOR_HEADER = /^[\p{L}\p{N} ._@+\-:|]{1,200}$/u;
+
+function actorHeader(req: FastifyRequest, name: string): string | null {
+  const raw = req.headers[name];
+  if (raw === undefined) return null;
+  const value = Array.isArray(raw) ? raw[0] : raw;
+  if (value === undefined || value === '') return null;
+  if (!ACTOR_HEADER.test(value)) throw badRequest(`header ${name} must be 1-200 letters, digits, spaces or . _ @ + - : |`);
+  return value;
+}
+
+function bearer(req: FastifyRequest): string {
+  const header = req.headers.authorization;
+  if (!header) throw unauthenticated('missing bearer token: send Authorization: Bearer <token>');
+  const m = /^Bearer ([^\s]+)$/i.exec(header);
+  if (!m) throw unauthenticated('malformed Authorization header: expected "Bearer <token>"');
+  return m[1]!;
+}
+
+export const authPlugin = fp(
+  async (app: FastifyInstance, opts: AuthOptions) => {
+    await app.register(fastifyJwt, { secret: opts.jwtSecret, sign: { expiresIn: opts.tokenTtlSeconds } });
+
+    app.decorateRequest('principal', null);
+    app.decorateRequest('actor', function (this: FastifyRequest): Actor {
+      if (!this.principal) throw unauthenticated('this action needs a signed-in caller');
+      return actorOf(this.principal, opts.serviceActorName);
+    });
+
+    async function authenticate(req: FastifyRequest): Promise<Principal> {
+      const token = bearer(req);
+      if (constantTimeEqual(token, opts.serviceToken())) {
+        return {
+          kind: 'service',
+          role: 'operator',
+          forwardedUserId: actorHeader(req, 'x-actor-user-id'),
+          forwardedEmail: actorHeader(req, 'x-actor-email'),
+        };
+      }
+      try {
+        const claims = await req.jwtVerify<{ sub: string; role: Role; iat: number; exp: number }>();
+        if (typeof claims.sub !== 'string' || !['viewer', 'operator', 'admin'].includes(claims.role)) {
+          throw unauthenticated('token lacks a subject or role');
+        }
+        return { kind: 'user', username: claims.sub, role: claims.role };
+      } catch (err) {
+        const code = (err as { code?: string }).code ?? '';
+        if (code === 'FST_JWT_AUTHORIZATION_TOKEN_EXPIRED') throw unauthenticated('token expired: sign in again');
+        if (code.startsWith('FST_JWT') || code === '') throw unauthenticated('invalid token');
+        throw err;
+      }
+    }
+
+    app.addHook('onRequest', async (req) => {
+      const path = req.url.split('?')[0] ?? '';
+      const declared = req.routeOptions.config?.access;
+      const access: Access = declared ?? (path.startsWith('/api/') && !path.startsWith('/api/docs') ? 'viewer' : 'public');
+      if (access === 'public') return;
+      req.principal = await authenticate(req);
+      if (!hasRole(req.principal, access)) throw forbidden(`this needs the ${access} role`);
+    });
+  },
+  { name: 'auth' },
+);

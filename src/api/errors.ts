@@ -1,0 +1,57 @@
+// One error shape for every failure: {statusCode, error, message, code}. 5xx never leak internals.
+import type { FastifyInstance, FastifyError } from 'fastify';
+import { STATUS_CODES } from 'node:http';
+import { hasZodFastifySchemaValidationErrors, isResponseSerializationError } from 'fastify-type-provider-zod';
+import { AppError, codeForStatus } from '../errors.ts';
+
+export interface ErrorBody {
+  statusCode: number;
+  error: string;
+  message: string;
+  code: string;
+}
+
+export function errorBody(statusCode: number, message: string, code = codeForStatus(statusCode)): ErrorBody {
+  return { statusCode, error: STATUS_CODES[statusCode] ?? 'Error', message, code };
+}
+
+function describeZodIssues(err: FastifyError): string {
+  const where = err.validationContext ?? 'request';
+  const issues = (err.validation ?? []) as unknown as { instancePath?: string; message?: string; params?: { issue?: { path?: PropertyKey[]; message?: string } } }[];
+  return issues
+    .slice(0, 5)
+    .map((v) => {
+      const p = v.params?.issue?.path?.map(String).join('.') ?? v.instancePath?.replace(/^\//, '').replaceAll('/', '.') ?? '';
+      return `${where}${p ? `.${p}` : ''}: ${v.params?.issue?.message ?? v.message ?? 'invalid'}`;
+    })
+    .join('; ');
+}
+
+export function installErrorHandling(app: FastifyInstance): void {
+  app.setErrorHandler((err: FastifyError, req, reply) => {
+    let body: ErrorBody;
+    if (err instanceof AppError) {
+      body = errorBody(err.statusCode, err.message, err.code);
+    } else if (hasZodFastifySchemaValidationErrors(err)) {
+      body = errorBody(400, describeZodIssues(err), 'bad_request');
+    } else if (err.validation) {
+      body = errorBody(400, `${err.validationContext ?? 'request'}: ${err.message}`, 'bad_request');
+    } else if (isResponseSerializationError(err)) {
+      req.log.error({ err, url: req.url }, 'response did not match its schema');
+      body = errorBody(500, 'Internal Server Error', 'internal');
+    } else if (typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500) {
+      // Fastify's own client errors: bad JSON, wrong content type, body too large, …
+      body = errorBody(err.statusCode, err.message);
+    } else {
+      req.log.error({ err, url: req.url }, 'request failed');
+      const status = typeof err.statusCode === 'number' && err.statusCode >= 500 ? err.statusCode : 500;
+      body = errorBody(status, status === 503 ? 'Service Unavailable' : 'Internal Server Error');
+    }
+    if (body.statusCode >= 500 && err instanceof AppError) req.log.warn({ code: err.code }, err.message);
+    void reply.status(body.statusCode).send(body);
+  });
+
+  app.setNotFoundHandler((req, reply) => {
+    void reply.status(404).send(errorBody(404, `Route ${req.method} ${req.url.split('?')[0]} not found`, 'not_found'));
+  });
+}

@@ -1,0 +1,70 @@
+// Boot steps shared by the server and the CLIs: settings, secrets, logger, database, migrations.
+import { readFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import { ConfigError, loadSettings, type Settings } from './config.ts';
+import { loadSecrets, writeInitialAdminPassword, type InstallerSecrets } from './adapters/secrets.ts';
+import { createLogger } from './logger.ts';
+import { openDatabase, type Database } from './db/database.ts';
+import { migrateToLatest, currentMigration } from './db/migrate.ts';
+import { countUsers, createUser } from './state/users.ts';
+
+/** Exit code for a configuration error (sysexits EX_CONFIG). */
+export const EX_CONFIG = 78;
+
+export function settingsOrExit(env: NodeJS.ProcessEnv = process.env): Settings {
+  try {
+    return loadSettings(env, { readFile: (p) => readFileSync(p, 'utf8') });
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`installer: configuration error: ${err.message}\n`);
+      process.exit(EX_CONFIG);
+    }
+    throw err;
+  }
+}
+
+export interface Booted {
+  settings: Settings;
+  secrets: InstallerSecrets;
+  logger: Logger;
+  database: Database;
+}
+
+export async function boot(settings: Settings, opts: { migrate: boolean; logger?: Logger }): Promise<Booted> {
+  const secrets = loadSecrets(settings);
+  const logger =
+    opts.logger ??
+    createLogger({
+      level: settings.LOG_LEVEL,
+      secrets: [secrets.jwtSecret, secrets.encryptionKey, secrets.serviceToken, secrets.databasePassword ?? ''],
+    });
+  const database = await openDatabase({
+    ...(settings.DATABASE_URL ? { url: settings.DATABASE_URL } : {}),
+    ...(secrets.databasePassword !== undefined ? { password: secrets.databasePassword } : {}),
+    dataDir: settings.DATA_DIR,
+  });
+  try {
+    if (opts.migrate) {
+      const outcome = await migrateToLatest(database.db);
+      if (outcome.applied.length) logger.info({ applied: outcome.applied }, 'schema migrated');
+      if (outcome.ahead.length) {
+        logger.warn({ ahead: outcome.ahead }, 'the schema is ahead of this build; this build must tolerate it');
+      }
+    }
+    logger.info({ database: database.kind, schemaMigration: await currentMigration(database.db) }, 'database ready');
+  } catch (err) {
+    await database.close();
+    throw err;
+  }
+  return { settings, secrets, logger, database };
+}
+
+/** On a database without users, creates `admin` with a random password written to the secrets directory. */
+export async function ensureInitialAdmin(b: Booted): Promise<void> {
+  if ((await countUsers(b.database.db)) > 0) return;
+  const password = randomBytes(18).toString('base64url');
+  await createUser(b.database.db, { username: 'admin', password, role: 'admin' });
+  const file = writeInitialAdminPassword(b.settings, password);
+  b.logger.warn({ file }, 'created the first user "admin"; its password is in this file (readable by root only)');
+}

@@ -1,0 +1,146 @@
+// Every setting comes from the environment, validated once at boot. Secrets may come from
+// `<NAME>_FILE` (a path), from `<NAME>` itself, or be generated into the secrets directory.
+import { z } from 'zod';
+import path from 'node:path';
+
+const bool = z
+  .enum(['true', 'false', '1', '0', 'yes', 'no'])
+  .transform((v) => v === 'true' || v === '1' || v === 'yes');
+
+const positiveInt = z.coerce.number().int().positive();
+
+const absolutePath = z.string().refine((p) => path.isAbsolute(p), 'must be an absolute path');
+
+/** A Docker image repository without a tag, e.g. `127.0.0.1:5000/installer`. */
+const repository = z
+  .string()
+  .regex(/^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(\/[a-z0-9]+([._-][a-z0-9]+)*)*$/, 'must be a registry host with an optional path, e.g. registry.example.com or 127.0.0.1:5000');
+
+const tagName = z.string().regex(/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/, 'must be a valid image tag');
+
+/** Names of the settings that hold secrets: their values never appear in a log line or response. */
+export const SECRET_SETTINGS = ['JWT_SECRET', 'ENCRYPTION_KEY', 'SERVICE_TOKEN', 'DATABASE_PASSWORD'] as const;
+export type SecretName = (typeof SECRET_SETTINGS)[number];
+
+export const settingsSchema = z.object({
+  NODE_ENV: z.enum(['production', 'development', 'test']).default('production'),
+  HOST: z.string().min(1).default('0.0.0.0'),
+  PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  TZ: z.literal('UTC', { error: 'must be UTC: container log timestamps and audit times are UTC' }).default('UTC'),
+
+  DATABASE_URL: z
+    .string()
+    .refine((u) => /^postgres(ql)?:\/\//.test(u), 'must be a postgres:// URL')
+    .optional(),
+  DATA_DIR: z.string().min(1).default('./data'),
+  SECRETS_DIR: z.string().min(1).optional(),
+  MIGRATE_ON_BOOT: bool.default(true),
+
+  JWT_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
+  ENCRYPTION_KEY: z.string().min(32, 'must be at least 32 characters').optional(),
+  SERVICE_TOKEN: z.string().min(32, 'must be at least 32 characters').optional(),
+  DATABASE_PASSWORD: z.string().min(1).optional(),
+  TOKEN_TTL_SECONDS: positiveInt.max(7 * 24 * 3600, 'must be at most one week').default(12 * 3600),
+  SERVICE_ACTOR_NAME: z.string().min(1).default('platform-control-plane'),
+  LOGIN_RATE_LIMIT_PER_MINUTE: positiveInt.default(10),
+
+  INSTALLER_CHANNEL: z.string().regex(/^[a-z0-9]+$/, 'must be a lower-case word such as prod or dev').optional(),
+  INSTALLER_REGISTRY: repository.default('registry.example.com'),
+  INSTALLER_IMAGE_NAME: z.string().regex(/^[a-z0-9]+([._/-][a-z0-9]+)*$/, 'must be an image name such as installer').default('installer'),
+  SELF_UPDATE_ROLLBACK_TAG: tagName.default('rollback'),
+  INSTALLER_PROJECT: z.string().regex(/^[a-z0-9][a-z0-9_-]*$/, 'must be a compose project name').default('installer'),
+  INSTALLER_WORK_DIR: absolutePath.default('/opt/installer'),
+  INSTALLER_COMPOSE_FILE: z.string().min(1).default('docker-compose.yml'),
+  STAGING_ROOT: absolutePath.default('/var/tmp/installer'),
+  PUBLISHED_COMPOSE_URL: z.string().url().optional(),
+  INSTALLER_CONTAINER_NAME: z.string().min(1).default('installer-backend'),
+
+  PLATFORM_PROJECT: z.string().regex(/^[a-z0-9][a-z0-9_-]*$/, 'must be a compose project name').default('platform'),
+  PLATFORM_DIR: z.string().min(1).optional(),
+  PLATFORM_TEMPLATES_URL: z.string().min(1).optional(),
+  PLATFORM_URL: z.string().url().optional(),
+  MIGRATE_HOST_SCRIPT_PATH: absolutePath.default('/opt/installer/migrate-host.sh'),
+
+  DOCKER_SOCKET: z.string().min(1).default('/var/run/docker.sock'),
+  HUNG_JOB_MINUTES: positiveInt.default(15),
+  JOB_EVENT_RETENTION_DAYS: positiveInt.default(30),
+  JOB_MEMORY_RETENTION_MINUTES: positiveInt.default(60),
+});
+
+export type RawSettings = z.infer<typeof settingsSchema>;
+
+export interface Settings extends Omit<RawSettings, SecretName | 'SECRETS_DIR' | 'PLATFORM_DIR'> {
+  SECRETS_DIR: string;
+  PLATFORM_DIR: string;
+  /** Secrets that were set explicitly (env or file); the rest are generated at boot. */
+  secrets: Partial<Record<SecretName, string>>;
+}
+
+export class ConfigError extends Error {
+  constructor(
+    readonly variable: string,
+    readonly problem: string,
+  ) {
+    super(`${variable}: ${problem}`);
+  }
+}
+
+export interface FileReader {
+  readFile(path: string): string;
+}
+
+/**
+ * Reads settings from an environment. Throws ConfigError naming the first bad variable.
+ * The message never contains a value, so it is safe to print for secrets too.
+ */
+export function loadSettings(env: NodeJS.ProcessEnv, files: FileReader): Settings {
+  const merged: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(env)) if (v !== undefined && v !== '') merged[k] = v;
+
+  for (const name of SECRET_SETTINGS) {
+    const fileVar = `${name}_FILE`;
+    const file = merged[fileVar];
+    if (file === undefined) continue;
+    if (merged[name] !== undefined) throw new ConfigError(name, `set both ${name} and ${fileVar}; set only one`);
+    let content: string;
+    try {
+      content = files.readFile(file);
+    } catch (err) {
+      throw new ConfigError(fileVar, `cannot read the file (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+    }
+    merged[name] = content.replace(/\r?\n$/, '');
+  }
+
+  const known = settingsSchema.keyof().options as readonly string[];
+  const input: Record<string, string | undefined> = {};
+  for (const key of known) input[key] = merged[key];
+
+  const parsed = settingsSchema.safeParse(input);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const variable = String(issue.path[0] ?? 'environment');
+    // zod messages describe the rule, never the value.
+    throw new ConfigError(variable, issue.message);
+  }
+  const raw = parsed.data;
+  const secrets: Partial<Record<SecretName, string>> = {};
+  for (const name of SECRET_SETTINGS) if (raw[name] !== undefined) secrets[name] = raw[name];
+  const { JWT_SECRET: _a, ENCRYPTION_KEY: _b, SERVICE_TOKEN: _c, DATABASE_PASSWORD: _d, ...rest } = raw;
+  const dataDir = path.resolve(raw.DATA_DIR);
+  return {
+    ...rest,
+    DATA_DIR: dataDir,
+    SECRETS_DIR: path.resolve(raw.SECRETS_DIR ?? path.join(dataDir, 'secrets')),
+    PLATFORM_DIR: path.resolve(raw.PLATFORM_DIR ?? path.join(dataDir, 'platform')),
+    secrets,
+  };
+}
+
+/** The update channel: INSTALLER_CHANNEL, else the running tag's part before the first `-`. */
+export function resolveChannel(settings: Pick<Settings, 'INSTALLER_CHANNEL'>, runningTag: string | null): string | null {
+  if (settings.INSTALLER_CHANNEL) return settings.INSTALLER_CHANNEL;
+  if (!runningTag) return null;
+  const prefix = runningTag.split('-')[0];
+  return prefix && /^[a-z0-9]+$/.test(prefix) ? prefix : null;
+}

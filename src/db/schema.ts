@@ -1,0 +1,111 @@
+// Table types for Kysely. Column names are snake_case in SQL and the same here.
+import type { ColumnType, Generated, Insertable, Selectable, Updateable } from 'kysely';
+
+type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
+type Json<T> = ColumnType<T, T | string, T | string>;
+
+export type Role = 'viewer' | 'operator' | 'admin';
+export const ROLES: readonly Role[] = ['viewer', 'operator', 'admin'];
+
+export interface UsersTable {
+  id: Generated<number>;
+  username: string;
+  password_hash: string;
+  role: Role;
+  created_at: Timestamp;
+  updated_at: Timestamp;
+}
+
+export const ACTION_KINDS = [
+  'restart', 'stop', 'kill', 'pull', 'compose-up', 'deploy', 'apply-config', 'migrate-host', 'cancel-job', 'self-update',
+] as const;
+export type ActionKind = (typeof ACTION_KINDS)[number];
+export type ActionStatus = 'started' | 'completed' | 'failed';
+
+export interface DeploymentActionsTable {
+  id: Generated<string>; // bigserial comes back as a string from pg
+  kind: ActionKind;
+  status: ActionStatus;
+  exit_code: number | null;
+  actor: string;
+  actor_email: string | null;
+  detail: string | null;
+  target_digest: string | null;
+  schema_migration: string | null;
+  job_id: string | null;
+  created_at: Timestamp;
+  updated_at: Timestamp;
+  finished_at: Date | null;
+}
+
+/** Desired state: what someone asked a job to do. */
+export interface DeploymentJobsTable {
+  job_id: string;
+  kind: ActionKind;
+  params: Json<Record<string, unknown>>;
+  actor: string;
+  actor_email: string | null;
+  generation: Generated<number>;
+  cancel_requested_by: string | null;
+  cancel_requested_at: Date | null;
+  created_at: Timestamp;
+}
+
+export type JobPhase = 'queued' | 'running' | 'completed' | 'failed';
+
+export interface Condition {
+  type: string;
+  status: 'True' | 'False' | 'Unknown';
+  reason: string;
+  message: string;
+  at: string;
+}
+
+/** Observed state: what the jobs controller saw and did. */
+export interface DeploymentJobStatusTable {
+  job_id: string;
+  phase: JobPhase;
+  conditions: Json<Condition[]>;
+  snapshot: Json<unknown> | null;
+  chart_version: string | null;
+  claimed_by: string | null;
+  started_at: Date | null;
+  finished_at: Date | null;
+  exit_code: number | null;
+  detail: string | null;
+  last_output_at: Date | null;
+  hung_deadline: Date | null;
+  next_seq: Generated<number>;
+  updated_at: Timestamp;
+}
+
+export interface DeploymentJobEventsTable {
+  job_id: string;
+  seq: number;
+  type: string;
+  payload: Json<Record<string, unknown>>;
+  at: Timestamp;
+}
+
+export interface InstallerSettingsTable {
+  key: string;
+  value: Json<unknown>;
+  updated_by: string | null;
+  updated_at: Timestamp;
+}
+
+export interface DB {
+  users: UsersTable;
+  deployment_actions: DeploymentActionsTable;
+  deployment_jobs: DeploymentJobsTable;
+  deployment_job_status: DeploymentJobStatusTable;
+  deployment_job_events: DeploymentJobEventsTable;
+  installer_settings: InstallerSettingsTable;
+}
+
+export type User = Selectable<UsersTable>;
+export type NewUser = Insertable<UsersTable>;
+export type DeploymentAction = Selectable<DeploymentActionsTable>;
+export type NewDeploymentAction = Insertable<DeploymentActionsTable>;
+export type DeploymentActionUpdate = Updateable<DeploymentActionsTable>;
+export type JobEvent = Selectable<DeploymentJobEventsTable>;

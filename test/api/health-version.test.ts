@@ -1,0 +1,49 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { buildApp } from '../../src/api/app.ts';
+import { openDatabase } from '../../src/db/database.ts';
+import { createLogger } from '../../src/logger.ts';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp();
+});
+afterAll(async () => t?.close());
+
+describe('GET /api/health', () => {
+  it('answers ok/up without a token while the database answers', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/api/health' });
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toEqual({ status: 'ok', db: 'up' });
+  });
+
+  it('answers 503 with db down when the database does not', async () => {
+    const dead = await openDatabase({ url: 'postgres://postgres@127.0.0.1:1/none', dataDir: '/nonexistent' });
+    const app = await buildApp({
+      settings: t.settings,
+      database: dead,
+      logger: createLogger({ level: 'silent', secrets: [] }),
+      jwtSecret: 'x'.repeat(40),
+      serviceToken: () => 'y'.repeat(40),
+      runtime: { version: async () => { throw new Error('unused'); } },
+    });
+    try {
+      const started = Date.now();
+      const res = await app.inject({ method: 'GET', url: '/api/health' });
+      expect(res.statusCode).toBe(503);
+      expect(res.json()).toEqual({ status: 'error', db: 'down' });
+      expect(Date.now() - started).toBeLessThan(5_000);
+    } finally {
+      await app.close();
+      await dead.close();
+    }
+  });
+});
+
+describe('GET /api/version', () => {
+  it('says so instead of inventing values when not in a container', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/api/version', headers: { authorization: `Bearer ${await t.token('viewer')}` } });
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toMatchObject({ inContainer: false, image: null, digest: null, note: expect.stringContaining('not running in a container') });
+  });
+});

@@ -1,0 +1,92 @@
+// Builds the real app on a real Postgres database with known secrets, for app.inject tests.
+import { Writable } from 'node:stream';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import type { FastifyInstance } from 'fastify';
+import { buildApp } from '../../src/api/app.ts';
+import { loadSettings, type Settings } from '../../src/config.ts';
+import { createLogger } from '../../src/logger.ts';
+import { createUser } from '../../src/state/users.ts';
+import type { RuntimePort, VersionInfo } from '../../src/api/ports.ts';
+import { createTestDatabase, type TestDatabase } from './db.ts';
+import type { Role } from '../../src/db/schema.ts';
+
+export const TEST_SECRETS = {
+  JWT_SECRET: 'jwt-secret-0123456789-abcdefghijklmnopqrstuvwxyz',
+  ENCRYPTION_KEY: 'encryption-key-0123456789-abcdefghijklmnopqrstu',
+  SERVICE_TOKEN: 'service-token-0123456789-abcdefghijklmnopqrstuv',
+  DATABASE_PASSWORD: 'database-password-0123456789',
+};
+
+export const PASSWORDS: Record<Role, string> = {
+  admin: 'admin-password-1',
+  operator: 'operator-password-1',
+  viewer: 'viewer-password-1',
+};
+
+export interface TestApp {
+  app: FastifyInstance;
+  db: TestDatabase;
+  settings: Settings;
+  logs: string[];
+  token(role: Role): Promise<string>;
+  close(): Promise<void>;
+}
+
+const notInContainer: RuntimePort = {
+  async version(): Promise<VersionInfo> {
+    return { inContainer: false, image: null, tag: null, digest: null, imageId: null, containerId: null, note: 'not running in a container: there is no image to report' };
+  },
+};
+
+export async function startTestApp(opts: { env?: Record<string, string>; runtime?: RuntimePort } = {}): Promise<TestApp> {
+  const db = await createTestDatabase();
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'installer-test-'));
+  const settings = loadSettings(
+    { NODE_ENV: 'test', DATA_DIR: dataDir, DATABASE_URL: db.url, LOG_LEVEL: 'info', ...TEST_SECRETS, ...opts.env },
+    { readFile: () => '' },
+  );
+  const logs: string[] = [];
+  const destination = new Writable({
+    write(chunk, _enc, cb) {
+      logs.push(String(chunk));
+      cb();
+    },
+  });
+  const logger = createLogger({ level: 'trace', secrets: Object.values(TEST_SECRETS), destination });
+  for (const role of ['admin', 'operator', 'viewer'] as const) {
+    await createUser(db.database.db, { username: role, password: PASSWORDS[role], role });
+  }
+  const app = await buildApp({
+    settings,
+    database: db.database,
+    logger,
+    jwtSecret: TEST_SECRETS.JWT_SECRET,
+    serviceToken: () => TEST_SECRETS.SERVICE_TOKEN,
+    runtime: opts.runtime ?? notInContainer,
+  });
+  await app.ready();
+  const tokens = new Map<Role, string>();
+  return {
+    app,
+    db,
+    settings,
+    logs,
+    async token(role) {
+      const cached = tokens.get(role);
+      if (cached) return cached;
+      // Each role signs in from its own address so that rate-limit tests do not starve it.
+      const remoteAddress = `127.0.1.${['admin', 'operator', 'viewer'].indexOf(role) + 1}`;
+      const res = await app.inject({ method: 'POST', url: '/api/auth/login', remoteAddress, payload: { username: role, password: PASSWORDS[role] } });
+      if (res.statusCode !== 200) throw new Error(`login as ${role} failed: ${res.body}`);
+      const t = (res.json() as { token: string }).token;
+      tokens.set(role, t);
+      return t;
+    },
+    async close() {
+      await app.close();
+      await db.drop();
+    },
+  };
+}

@@ -1,0 +1,59 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadSettings, resolveChannel } from '../../src/config.ts';
+
+const files = (map: Record<string, string>) => ({
+  readFile(p: string) {
+    if (!(p in map)) throw Object.assign(new Error('nope'), { code: 'ENOENT' });
+    return map[p]!;
+  },
+});
+
+const fail = (env: Record<string, string>, f = files({})): ConfigError => {
+  try {
+    loadSettings(env, f);
+  } catch (err) {
+    if (err instanceof ConfigError) return err;
+    throw err;
+  }
+  throw new Error('expected a ConfigError');
+};
+
+describe('settings', () => {
+  it('has the documented defaults', () => {
+    const s = loadSettings({}, files({}));
+    expect(s).toMatchObject({
+      PORT: 8080, TZ: 'UTC', SELF_UPDATE_ROLLBACK_TAG: 'rollback', PLATFORM_PROJECT: 'platform',
+      MIGRATE_HOST_SCRIPT_PATH: '/opt/installer/migrate-host.sh', HUNG_JOB_MINUTES: 15, JOB_EVENT_RETENTION_DAYS: 30,
+      INSTALLER_IMAGE_NAME: 'installer', STAGING_ROOT: '/var/tmp/installer',
+    });
+    expect(s.DATABASE_URL).toBeUndefined();
+    expect(s.SECRETS_DIR.endsWith('/data/secrets')).toBe(true);
+  });
+
+  it('names the variable and the rule, never the value', () => {
+    const e = fail({ JWT_SECRET: 'short-secret-value' });
+    expect(e.variable).toBe('JWT_SECRET');
+    expect(e.message).toContain('at least 32');
+    expect(e.message).not.toContain('short-secret-value');
+    expect(fail({ PORT: 'eighty' }).variable).toBe('PORT');
+    expect(fail({ TZ: 'Europe/Berlin' }).message).toContain('must be UTC');
+    expect(fail({ DATABASE_URL: 'mysql://x' }).variable).toBe('DATABASE_URL');
+    expect(fail({ MIGRATE_HOST_SCRIPT_PATH: 'relative/path.sh' }).message).toContain('absolute path');
+    expect(fail({ SELF_UPDATE_ROLLBACK_TAG: 'bad tag' }).variable).toBe('SELF_UPDATE_ROLLBACK_TAG');
+  });
+
+  it('reads secrets from *_FILE and refuses both forms at once', () => {
+    const token = 't'.repeat(40);
+    const s = loadSettings({ SERVICE_TOKEN_FILE: '/s/token' }, files({ '/s/token': `${token}\n` }));
+    expect(s.secrets.SERVICE_TOKEN).toBe(token);
+    expect(fail({ SERVICE_TOKEN_FILE: '/missing' }).message).toBe('SERVICE_TOKEN_FILE: cannot read the file (ENOENT)');
+    expect(fail({ SERVICE_TOKEN: token, SERVICE_TOKEN_FILE: '/s/token' }, files({ '/s/token': token })).message).toContain('set only one');
+  });
+
+  it('resolves the channel from the setting, else the running tag prefix', () => {
+    expect(resolveChannel({ INSTALLER_CHANNEL: 'dev' }, 'prod-123')).toBe('dev');
+    expect(resolveChannel({}, 'prod-20261122.1')).toBe('prod');
+    expect(resolveChannel({}, 'dev-latest')).toBe('dev');
+    expect(resolveChannel({}, null)).toBeNull();
+  });
+});

@@ -1,0 +1,27 @@
+// The lint rule that keeps the architecture's arrows: a violation must be reported.
+import { describe, expect, it } from 'vitest';
+import { ESLint } from 'eslint';
+import { ROOT } from '../helpers/process.ts';
+
+const lint = async (file: string, code: string) => {
+  const eslint = new ESLint({ cwd: ROOT });
+  const [result] = await eslint.lintText(code, { filePath: `${ROOT}${file}` });
+  return result!.messages.filter((m) => m.ruleId === 'no-restricted-imports').map((m) => m.message);
+};
+
+describe('layer arrows', () => {
+  it('routes cannot import adapters, machines, controllers or dockerode', async () => {
+    for (const imp of ['../../adapters/docker-engine.ts', '../../../machines/job.machine.ts', '../../../controllers/jobs.controller.ts', 'dockerode']) {
+      const msgs = await lint('src/api/routes/example.ts', `import x from '${imp}';\nexport default x;\n`);
+      expect(msgs.length, imp).toBe(1);
+    }
+    expect(await lint('src/api/routes/example.ts', `import { z } from 'zod';\nexport default z;\n`)).toEqual([]);
+  });
+
+  it('machines import only xstate; migrations import no application code', async () => {
+    expect(await lint('machines/example.machine.ts', `import { setup } from 'xstate';\nexport default setup;\n`)).toEqual([]);
+    expect((await lint('machines/example.machine.ts', `import pg from 'pg';\nexport default pg;\n`)).length).toBe(1);
+    expect((await lint('machines/example.machine.ts', `import { x } from '../src/state/actions.ts';\nexport default x;\n`)).length).toBe(1);
+    expect((await lint('migrations/0099_x.ts', `import { ROLES } from '../src/db/schema.ts';\nexport default ROLES;\n`)).length).toBe(1);
+  });
+});

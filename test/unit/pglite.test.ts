@@ -1,0 +1,48 @@
+// The embedded default database: migrations run on PGlite, and its lock keeps a second process out.
+import { describe, expect, it } from 'vitest';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { openDatabase, DatabaseLockedError, acquireLock } from '../../src/db/database.ts';
+import { migrateToLatest, currentMigration, knownMigrations } from '../../src/db/migrate.ts';
+import { createUser, verifyCredentials } from '../../src/state/users.ts';
+import { runEntry } from '../helpers/process.ts';
+
+describe('embedded PGlite', () => {
+  it('migrates, stores and reads back', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'installer-pglite-'));
+    const d = await openDatabase({ dataDir: dir });
+    try {
+      expect(d.kind).toBe('pglite');
+      const out = await migrateToLatest(d.db);
+      expect(out.applied).toEqual(await knownMigrations());
+      expect(await currentMigration(d.db)).toBe(out.applied.at(-1));
+      await createUser(d.db, { username: 'amy', password: 'amy-password', role: 'viewer' });
+      expect((await verifyCredentials(d.db, 'amy', 'amy-password'))?.role).toBe('viewer');
+      expect(await verifyCredentials(d.db, 'amy', 'wrong')).toBeNull();
+      expect((await migrateToLatest(d.db)).applied).toEqual([]);
+    } finally {
+      await d.close();
+    }
+  }, 60_000);
+
+  it('refuses a second process while the first holds the lock, and takes over a stale lock', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'installer-pglite-'));
+    const first = await openDatabase({ dataDir: dir });
+    try {
+      const second = runEntry('src/cli/migrate.ts', { DATA_DIR: dir });
+      expect(await second.exited).toBe(1);
+      expect(second.output()).toContain(`is in use by process ${process.pid}`);
+      await expect(openDatabase({ dataDir: dir })).rejects.toBeInstanceOf(DatabaseLockedError);
+    } finally {
+      await first.close();
+    }
+    // A lock file left by a process that no longer exists does not block.
+    writeFileSync(path.join(dir, 'pglite.lock'), '2147483646');
+    acquireLock(path.join(dir, 'pglite.lock'))();
+    // Our own pid, written by an earlier life of this pid (PID 1 after a container restart), is stale too.
+    writeFileSync(path.join(dir, 'pglite.lock'), String(process.pid));
+    const again = await openDatabase({ dataDir: dir });
+    await again.close();
+  }, 60_000);
+});
