@@ -1,4 +1,5 @@
-// Initial schema: users, the audit trail, jobs (desired state + observed status), job events, settings.
+// Initial schema: users, the audit trail, jobs (desired state + observed status), job events,
+// desired platform configuration, settings.
 import { sql, type Kysely } from 'kysely';
 
 export async function up(db: Kysely<any>): Promise<void> {
@@ -58,6 +59,7 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('detail', 'text')
     .addColumn('last_output_at', 'timestamptz')
     .addColumn('hung_deadline', 'timestamptz')
+    .addColumn('runner_pid', 'integer')
     .addColumn('next_seq', 'integer', (c) => c.notNull().defaultTo(1))
     .addColumn('updated_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
     .execute();
@@ -73,6 +75,17 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addPrimaryKeyConstraint('deployment_job_events_pk', ['job_id', 'seq'])
     .execute();
   await db.schema.createIndex('deployment_job_events_at').on('deployment_job_events').column('at').execute();
+
+  // Desired platform configuration: .env keys to set (value encrypted) or remove, applied to the
+  // platform's .env by the next apply-config or deploy.
+  await db.schema
+    .createTable('platform_config_changes')
+    .addColumn('key', 'text', (c) => c.primaryKey())
+    .addColumn('value_encrypted', 'text')
+    .addColumn('remove', 'boolean', (c) => c.notNull().defaultTo(false))
+    .addColumn('updated_by', 'text', (c) => c.notNull())
+    .addColumn('updated_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
+    .execute();
 
   await db.schema
     .createTable('installer_settings')

@@ -40,9 +40,10 @@ IMG_NODE=installer-rig/node:24
 IMG_DOCKER_CLI=installer-rig/docker-cli:latest
 
 mkdir -p "$RIG_STATE" "$RIG_CACHE" "$RIG_LOG" "$RIG_RUN"
-# One set-up at a time (CI and a developer may both call it).
+# One set-up at a time (CI and a developer may both call it). The daemons started
+# below must not inherit fd 9 (9>&-), or they would hold this lock forever.
 exec 9>"$RIG_RUN/setup.lock"
-flock 9
+flock -w 900 9 || die "another scripts/rig/setup.sh still holds $RIG_RUN/setup.lock after 15 min"
 
 TMP_DIRS=()
 cleanup() {
@@ -151,7 +152,7 @@ start_dockerd() {
     setsid nohup dockerd \
       --iptables=false --ip6tables=false --bridge=none --storage-driver=overlay2 \
       -H "unix://$DOCKER_SOCK" --pidfile /var/run/docker.pid \
-      </dev/null >>"$lf" 2>&1 &
+      </dev/null >>"$lf" 2>&1 9>&- &
     echo "$!" >"$pidfile"
   fi
   for ((i = 0; i < 150; i++)); do
@@ -159,7 +160,8 @@ start_dockerd() {
     pid_alive "$pidfile" || break
     sleep 0.2
   done
-  die "the Docker engine did not start within 30 s; see $lf"
+  pid_alive "$pidfile" || die "dockerd exited during start-up; see $lf"
+  die "the Docker engine did not answer 'docker info' within 30 s; see $lf"
 }
 
 # ---------------------------------------------------------------- 3. registry
@@ -171,7 +173,7 @@ start_registry() {
     mkdir -p "$RIG_STATE/registry"
     printf '\n===== %s rig setup starts docker-registry\n' "$(date -Is)" >>"$lf"
     setsid nohup docker-registry serve "$RIG_DEPLOY/registry/config.yml" \
-      </dev/null >>"$lf" 2>&1 &
+      </dev/null >>"$lf" 2>&1 9>&- &
     echo "$!" >"$pidfile"
   fi
   for ((i = 0; i < 100; i++)); do
@@ -179,6 +181,7 @@ start_registry() {
     pid_alive "$pidfile" || break
     sleep 0.1
   done
+  pid_alive "$pidfile" || die "docker-registry exited during start-up; see $lf"
   die "the registry did not answer on http://$RIG_REGISTRY_ADDR/v2/ within 10 s; see $lf"
 }
 

@@ -33,14 +33,17 @@ export async function openDatabase(opts: DatabaseOptions): Promise<Database> {
 }
 
 function openPostgres(url: string, opts: DatabaseOptions): Database {
+  // pg lets the connection string's fields win over separate options, so a password given apart
+  // from the URL goes into it.
+  const withPassword = new URL(url);
+  if (opts.password !== undefined && !withPassword.password) withPassword.password = encodeURIComponent(opts.password);
   const config: pg.PoolConfig = {
-    connectionString: url,
+    connectionString: withPassword.toString(),
     max: opts.poolSize ?? 10,
     connectionTimeoutMillis: 5_000,
     statement_timeout: opts.statementTimeoutMs ?? 30_000,
     application_name: 'installer',
   };
-  if (opts.password !== undefined) config.password = opts.password;
   const pool = new pg.Pool(config);
   // An idle client losing its server (Postgres restart) must not crash the process.
   pool.on('error', () => {});

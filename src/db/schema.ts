@@ -75,6 +75,8 @@ export interface DeploymentJobStatusTable {
   detail: string | null;
   last_output_at: Date | null;
   hung_deadline: Date | null;
+  /** Process group of the compose run, so a restarted backend can stop an orphan. */
+  runner_pid: number | null;
   next_seq: Generated<number>;
   updated_at: Timestamp;
 }
@@ -85,6 +87,14 @@ export interface DeploymentJobEventsTable {
   type: string;
   payload: Json<Record<string, unknown>>;
   at: Timestamp;
+}
+
+export interface PlatformConfigChangesTable {
+  key: string;
+  value_encrypted: string | null;
+  remove: Generated<boolean>;
+  updated_by: string;
+  updated_at: Timestamp;
 }
 
 export interface InstallerSettingsTable {
@@ -100,6 +110,7 @@ export interface DB {
   deployment_jobs: DeploymentJobsTable;
   deployment_job_status: DeploymentJobStatusTable;
   deployment_job_events: DeploymentJobEventsTable;
+  platform_config_changes: PlatformConfigChangesTable;
   installer_settings: InstallerSettingsTable;
 }
 

@@ -1,4 +1,5 @@
-// Ends every run with the plain line `N passed, N failed` that CI reads.
+// Ends every run with the plain line `N passed, N failed` that CI reads. Tests that never ran
+// because their file failed (a failing beforeAll, an import error) count as failed, not skipped.
 import type { Reporter, TestModule } from 'vitest/node';
 
 export default class SummaryReporter implements Reporter {
@@ -7,14 +8,15 @@ export default class SummaryReporter implements Reporter {
     let failed = 0;
     let skipped = 0;
     for (const m of modules) {
-      for (const t of m.children.allTests()) {
+      const tests = [...m.children.allTests()];
+      const fileFailed = m.state() === 'failed';
+      for (const t of tests) {
         const state = t.result().state;
         if (state === 'passed') passed++;
-        else if (state === 'failed') failed++;
+        else if (state === 'failed' || fileFailed) failed++;
         else skipped++;
       }
-      // A file that failed to load counts as a failure even though it holds no tests.
-      if (m.state() === 'failed' && [...m.children.allTests()].length === 0) failed++;
+      if (fileFailed && tests.length === 0) failed++;
     }
     process.stdout.write(`\n${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}\n`);
   }

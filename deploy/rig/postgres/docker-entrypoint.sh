@@ -61,11 +61,17 @@ MSG
   fi
 
   local -a initdb_args=(--username="$POSTGRES_USER" --auth-local=trust --auth-host="$POSTGRES_HOST_AUTH_METHOD")
+  local pwfile=""
   if [[ -n $POSTGRES_PASSWORD ]]; then
-    initdb_args+=(--pwfile=<(printf '%s\n' "$POSTGRES_PASSWORD"))
+    # A file, not <(...): a process substitution stored in an array is closed
+    # before initdb runs.
+    pwfile="$(mktemp)"
+    printf '%s\n' "$POSTGRES_PASSWORD" >"$pwfile"
+    initdb_args+=(--pwfile="$pwfile")
   fi
   # shellcheck disable=SC2086 # POSTGRES_INITDB_ARGS is a word list, as in the official image
-  initdb "${initdb_args[@]}" $POSTGRES_INITDB_ARGS
+  initdb "${initdb_args[@]}" $POSTGRES_INITDB_ARGS || { rm -f "$pwfile"; exit 1; }
+  rm -f "$pwfile"
 
   {
     echo

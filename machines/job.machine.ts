@@ -1,0 +1,142 @@
+// The life of one platform job: prepare (a deploy fetches templates and renders .env), then run
+// its compose steps one by one; any output resets the hung guard, a cancel stops the running step.
+import { assign, fromCallback, setup, type EventObject } from 'xstate';
+
+export const JOB_CHART_VERSION = '1';
+
+export interface JobInput {
+  steps: readonly string[];
+  /** A deploy first fetches templates and renders the platform .env. */
+  needsPrepare: boolean;
+  hungMinutes: number;
+}
+
+export interface JobContext {
+  steps: readonly string[];
+  stepIndex: number;
+  needsPrepare: boolean;
+  hungMinutes: number;
+  exitCode: number | null;
+  detail: string | null;
+}
+
+export type JobEvent =
+  | { type: 'PREPARED' }
+  | { type: 'PREPARE_FAILED'; message: string }
+  | { type: 'OUTPUT' }
+  | { type: 'STEP_DONE'; exitCode: number }
+  | { type: 'STEP_FAILED'; message: string }
+  | { type: 'CANCEL'; by: string };
+
+export interface StepInput {
+  step: string;
+  index: number;
+}
+
+export const hungMessage = (minutes: number) => `No output for ${minutes} minutes — aborted as hung`;
+
+const errorText = (e: unknown) => (e instanceof Error ? e.message : String(e));
+
+export const jobMachine = setup({
+  types: {
+    context: {} as JobContext,
+    events: {} as JobEvent,
+    input: {} as JobInput,
+  },
+  actors: {
+    // Implemented by the jobs controller; they report back with PREPARED / PREPARE_FAILED,
+    // OUTPUT, STEP_DONE / STEP_FAILED. Leaving the state stops them (kills the process).
+    prepare: fromCallback<EventObject, Record<string, never>>(() => {}),
+    runStep: fromCallback<EventObject, StepInput>(() => {}),
+  },
+  guards: {
+    needsPrepare: ({ context }) => context.needsPrepare,
+    stepFailed: ({ event }) => event.type === 'STEP_DONE' && event.exitCode !== 0,
+    moreSteps: ({ context }) => context.stepIndex + 1 < context.steps.length,
+  },
+  delays: {
+    hungTimeout: ({ context }) => context.hungMinutes * 60_000,
+  },
+}).createMachine({
+  id: 'job',
+  context: ({ input }) => ({
+    steps: input.steps,
+    stepIndex: 0,
+    needsPrepare: input.needsPrepare,
+    hungMinutes: input.hungMinutes,
+    exitCode: null,
+    detail: null,
+  }),
+  initial: 'starting',
+  states: {
+    starting: {
+      always: [{ guard: 'needsPrepare', target: 'preparing' }, { target: 'running' }],
+    },
+    preparing: {
+      invoke: {
+        id: 'prepare',
+        src: 'prepare',
+        input: () => ({}),
+        onError: { target: 'failed', actions: assign({ detail: ({ event }) => errorText(event.error) }) },
+      },
+      on: {
+        PREPARED: 'running',
+        PREPARE_FAILED: { target: 'failed', actions: assign({ detail: ({ event }) => event.message }) },
+        CANCEL: { target: 'cancelled', actions: assign({ detail: ({ event }) => `cancelled by ${event.by}` }) },
+      },
+    },
+    running: {
+      invoke: {
+        id: 'runStep',
+        src: 'runStep',
+        input: ({ context }) => ({ step: context.steps[context.stepIndex]!, index: context.stepIndex }),
+        onError: { target: 'failed', actions: assign({ detail: ({ event }) => errorText(event.error) }) },
+      },
+      initial: 'watching',
+      states: {
+        // Re-entered on every output line, which restarts the hung timer.
+        watching: {
+          after: {
+            hungTimeout: {
+              target: '#job.hung',
+              actions: assign({ detail: ({ context }) => hungMessage(context.hungMinutes) }),
+            },
+          },
+          on: { OUTPUT: { target: 'watching', reenter: true } },
+        },
+      },
+      on: {
+        STEP_DONE: [
+          {
+            guard: 'stepFailed',
+            target: 'failed',
+            actions: assign({
+              exitCode: ({ event }) => event.exitCode,
+              detail: ({ context, event }) => `${context.steps[context.stepIndex]} exited with code ${event.exitCode}`,
+            }),
+          },
+          {
+            guard: 'moreSteps',
+            target: 'running',
+            reenter: true,
+            actions: assign({ stepIndex: ({ context }) => context.stepIndex + 1, exitCode: ({ event }) => event.exitCode }),
+          },
+          { target: 'completed', actions: assign({ exitCode: ({ event }) => event.exitCode }) },
+        ],
+        STEP_FAILED: { target: 'failed', actions: assign({ detail: ({ event }) => event.message }) },
+        CANCEL: { target: 'cancelled', actions: assign({ detail: ({ event }) => `cancelled by ${event.by}` }) },
+      },
+    },
+    completed: { type: 'final' },
+    failed: { type: 'final' },
+    hung: { type: 'final' },
+    cancelled: { type: 'final' },
+  },
+});
+
+export type JobOutcomeState = 'completed' | 'failed' | 'hung' | 'cancelled';
+
+/** The stored job phase for a final chart state: only `completed` is a success. */
+export function phaseOf(state: JobOutcomeState): 'completed' | 'failed' {
+  return state === 'completed' ? 'completed' : 'failed';
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Builds the installer image from deploy/Dockerfile.
+#   scripts/build-image.sh [--rig] [--push] [--context-only DIR] TAG [TAG...]
+# The context holds compiled code and production dependencies prepared here, so the Dockerfile
+# itself compiles and downloads nothing. --rig builds from the locally made base images of the
+# test rig (no registry pulls); --push pushes every tag and prints `digest <tag> <sha256:…>`.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+rig=0 push=0 context_only=
+tags=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rig) rig=1 ;;
+    --push) push=1 ;;
+    --context-only) context_only=$2; shift ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    -*) echo "Unknown option: $1 (try --help)" >&2; exit 2 ;;
+    *) tags+=("$1") ;;
+  esac
+  shift
+done
+if [ -z "$context_only" ] && [ ${#tags[@]} -eq 0 ]; then
+  echo "build-image: name at least one tag (try --help)" >&2
+  exit 2
+fi
+
+cache=${INSTALLER_BUILD_CACHE:-$root/.artifacts/image-build}
+ctx=${context_only:-$cache/context}
+mkdir -p "$cache"
+
+# Production dependencies are installed once per lockfile and reused.
+lock_hash=$(sha256sum "$root/package-lock.json" | cut -c1-16)
+deps="$cache/deps-$lock_hash"
+if [ ! -d "$deps/node_modules" ]; then
+  rm -rf "$cache"/deps-*
+  mkdir -p "$deps"
+  cp "$root/package.json" "$root/package-lock.json" "$deps/"
+  (cd "$deps" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
+fi
+
+(cd "$root" && npx tsc -p tsconfig.build.json --outDir "$cache/dist")
+
+rm -rf "$ctx"
+mkdir -p "$ctx/scripts"
+cp -a "$deps/node_modules" "$ctx/node_modules"
+cp -a "$cache/dist" "$ctx/dist"
+cp "$root/package.json" "$ctx/"
+find "$root/scripts" -maxdepth 1 -name '*.sh' -exec cp {} "$ctx/scripts/" \;
+cat > "$ctx/.dockerignore" <<'IGNORE'
+.dockerignore
+IGNORE
+[ -n "$context_only" ] && { echo "context ready: $ctx"; exit 0; }
+
+args=()
+if [ "$rig" = 1 ]; then
+  args+=(--build-arg NODE_IMAGE=installer-rig/node:24 --build-arg DOCKER_CLI_IMAGE=installer-rig/docker-cli:latest)
+fi
+tag_args=()
+for t in "${tags[@]}"; do tag_args+=(-t "$t"); done
+# The legacy builder: it needs no buildx plugin and never pulls a base that exists locally.
+if ! DOCKER_BUILDKIT=0 docker build -q -f "$root/deploy/Dockerfile" "${args[@]}" "${tag_args[@]}" "$ctx" >"$cache/build.log" 2>&1; then
+  cat "$cache/build.log" >&2
+  exit 1
+fi
+
+if [ "$push" = 1 ]; then
+  for t in "${tags[@]}"; do
+    docker push -q "$t" >/dev/null
+    digest=$(docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$t" | grep -F "${t%:*}@" | head -n1 | sed 's/.*@//')
+    echo "digest $t $digest"
+  done
+fi
+echo "built ${tags[*]}"

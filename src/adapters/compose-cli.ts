@@ -1,0 +1,119 @@
+// The real `docker compose` CLI, always with an argument array (never a shell string). Each run
+// gets its own process group so that cancelling stops compose and everything it started.
+import { spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import type { Readable } from 'node:stream';
+
+export type Stream = 'stdout' | 'stderr';
+
+export interface ComposeTarget {
+  project: string;
+  /** Compose files, absolute paths. */
+  files: readonly string[];
+  /** Working directory: where compose finds the project's .env. */
+  cwd: string;
+}
+
+export interface ComposeRun {
+  pid: number | undefined;
+  /** Exit code; a process ended by a signal reports 128 + the signal number, as a shell does. */
+  exited: Promise<number>;
+  /** Stops the process group: SIGTERM, then SIGKILL after the grace period. */
+  cancel(graceMs?: number): void;
+}
+
+const SIGNALS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGKILL: 9, SIGTERM: 15 };
+
+export function composeArgs(target: ComposeTarget, args: readonly string[]): string[] {
+  return ['compose', '--ansi', 'never', '--progress', 'plain', '-p', target.project, ...target.files.flatMap((f) => ['-f', f]), ...args];
+}
+
+export function runCompose(
+  target: ComposeTarget,
+  args: readonly string[],
+  onLine: (stream: Stream, line: string) => void,
+  opts: { env?: Record<string, string>; dockerBinary?: string } = {},
+): ComposeRun {
+  const child = spawn(opts.dockerBinary ?? 'docker', composeArgs(target, args), {
+    cwd: target.cwd,
+    env: { ...process.env, ...opts.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  const pipe = (stream: Stream, source: Readable) => {
+    // Compose redraws progress with carriage returns; each redraw is a line of its own.
+    let pending = '';
+    source.setEncoding('utf8');
+    source.on('data', (chunk: string) => {
+      pending += chunk;
+      const parts = pending.split(/\r\n|\n|\r/);
+      pending = parts.pop() ?? '';
+      for (const p of parts) if (p.length) onLine(stream, p);
+    });
+    source.on('end', () => {
+      if (pending.length) onLine(stream, pending);
+      pending = '';
+    });
+  };
+  pipe('stdout', child.stdout);
+  pipe('stderr', child.stderr);
+  let killTimer: NodeJS.Timeout | undefined;
+  const exited = new Promise<number>((resolve) => {
+    child.on('error', (err) => {
+      onLine('stderr', `cannot run docker compose: ${err.message}`);
+      resolve(127);
+    });
+    child.on('close', (code, signal) => {
+      clearTimeout(killTimer);
+      resolve(code ?? 128 + (SIGNALS[signal ?? ''] ?? 0));
+    });
+  });
+  const signalGroup = (sig: NodeJS.Signals) => {
+    if (child.pid === undefined) return;
+    try {
+      process.kill(-child.pid, sig);
+    } catch {
+      /* already gone */
+    }
+  };
+  return {
+    pid: child.pid,
+    exited,
+    cancel(graceMs = 5_000) {
+      signalGroup('SIGTERM');
+      killTimer = setTimeout(() => signalGroup('SIGKILL'), graceMs);
+      killTimer.unref();
+    },
+  };
+}
+
+/** Runs compose to completion and collects its output (for short queries such as `config --services`). */
+export async function composeOutput(target: ComposeTarget, args: readonly string[], env?: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
+  let stdout = '';
+  let stderr = '';
+  const run = runCompose(target, args, (s, l) => (s === 'stdout' ? (stdout += `${l}\n`) : (stderr += `${l}\n`)), env ? { env } : {});
+  const code = await run.exited;
+  return { code, stdout, stderr };
+}
+
+/** Pull progress from compose's plain output, e.g. `a1b2c3 Downloading [==>   ] 1.2MB/3.4MB`. */
+export interface PullProgress {
+  id: string;
+  status: string;
+  current?: number;
+  total?: number;
+}
+
+const UNITS: Record<string, number> = { B: 1, kB: 1e3, KB: 1e3, MB: 1e6, GB: 1e9, TB: 1e12 };
+const size = (n: string, u: string) => Math.round(Number.parseFloat(n) * (UNITS[u] ?? 1));
+
+export function parsePullProgress(line: string): PullProgress | null {
+  const m = /^\s*([A-Za-z0-9_.-]+) (Pulling fs layer|Waiting|Downloading|Verifying Checksum|Download complete|Extracting|Pull complete|Already exists|Pulling|Pulled|Skipped[^[]*)(?:\s+\[[^\]]*\]\s+([\d.]+)([kKMGT]?B)\/([\d.]+)([kKMGT]?B))?\s*$/.exec(line);
+  if (!m) return null;
+  const p: PullProgress = { id: m[1]!, status: m[2]!.trim() };
+  if (m[3] && m[4] && m[5] && m[6]) {
+    p.current = size(m[3], m[4]);
+    p.total = size(m[5], m[6]);
+  }
+  return p;
+}

@@ -1,0 +1,194 @@
+// Job events: persisted in `deployment_job_events`, kept in memory while a job is recent, and
+// published to live subscribers only once they are durable, so a reader that replays from the
+// database and then follows live never sees an event that could later vanish.
+import type { Kysely } from 'kysely';
+import type { DB } from '../db/schema.ts';
+
+export interface JobEventRecord {
+  jobId: string;
+  seq: number;
+  type: string;
+  payload: Record<string, unknown>;
+  at: Date;
+}
+
+export type JobEventListener = (e: JobEventRecord) => void;
+
+interface Pending {
+  record: JobEventRecord;
+  resolve: (r: JobEventRecord) => void;
+  reject: (e: unknown) => void;
+}
+
+interface JobMemory {
+  nextSeq: number;
+  /** Newest events, ascending by seq; at most `memoryEventsPerJob` of them. */
+  recent: JobEventRecord[];
+  finishedAt: number | null;
+  listeners: Set<JobEventListener>;
+}
+
+export interface JobEventLogOptions {
+  /** Replaces secrets in every string of a payload. */
+  scrub?: (s: string) => string;
+  memoryRetentionMs: number;
+  memoryEventsPerJob?: number;
+  now?: () => number;
+}
+
+const PAGE = 5_000;
+
+function scrubPayload(payload: Record<string, unknown>, scrub: (s: string) => string): Record<string, unknown> {
+  const walk = (v: unknown): unknown => {
+    if (typeof v === 'string') return scrub(v);
+    if (Array.isArray(v)) return v.map(walk);
+    if (v && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x)]));
+    return v;
+  };
+  return walk(payload) as Record<string, unknown>;
+}
+
+export class JobEventLog {
+  private readonly jobs = new Map<string, JobMemory>();
+  private queue: Pending[] = [];
+  private flushing: Promise<void> | null = null;
+  private readonly scrub: (s: string) => string;
+  private readonly memoryEventsPerJob: number;
+  private readonly now: () => number;
+
+  constructor(
+    private readonly db: Kysely<DB>,
+    private readonly opts: JobEventLogOptions,
+  ) {
+    this.scrub = opts.scrub ?? ((s) => s);
+    this.memoryEventsPerJob = opts.memoryEventsPerJob ?? 10_000;
+    this.now = opts.now ?? Date.now;
+  }
+
+  private async memory(jobId: string): Promise<JobMemory> {
+    const known = this.jobs.get(jobId);
+    if (known && !Number.isNaN(known.nextSeq)) return known;
+    const row = await this.db
+      .selectFrom('deployment_job_events')
+      .select((eb) => eb.fn.max('seq').as('max'))
+      .where('job_id', '=', jobId)
+      .executeTakeFirst();
+    // Another append, or a subscriber's placeholder, may have created it while we read.
+    let m = this.jobs.get(jobId);
+    if (!m) {
+      m = { nextSeq: Number.NaN, recent: [], finishedAt: null, listeners: new Set() };
+      this.jobs.set(jobId, m);
+    }
+    if (Number.isNaN(m.nextSeq)) m.nextSeq = Number(row?.max ?? 0) + 1;
+    return m;
+  }
+
+  /**
+   * Appends an event with the job's next seq. One writer per job (the controller that claimed it).
+   * Resolves once the event is stored; concurrent appends are written together in one statement.
+   */
+  async append(jobId: string, type: string, payload: Record<string, unknown> = {}): Promise<JobEventRecord> {
+    const m = await this.memory(jobId);
+    const record: JobEventRecord = { jobId, seq: m.nextSeq++, type, payload: scrubPayload(payload, this.scrub), at: new Date(this.now()) };
+    const done = new Promise<JobEventRecord>((resolve, reject) => this.queue.push({ record, resolve, reject }));
+    this.flushing ??= this.flush();
+    return done;
+  }
+
+  private async flush(): Promise<void> {
+    try {
+      while (this.queue.length) {
+        const batch = this.queue;
+        this.queue = [];
+        try {
+          await this.db
+            .insertInto('deployment_job_events')
+            .values(batch.map(({ record: r }) => ({ job_id: r.jobId, seq: r.seq, type: r.type, payload: JSON.stringify(r.payload), at: r.at })))
+            .execute();
+        } catch (err) {
+          for (const p of batch) p.reject(err);
+          continue;
+        }
+        for (const p of batch) {
+          this.remember(p.record);
+          p.resolve(p.record);
+        }
+      }
+    } finally {
+      this.flushing = null;
+    }
+  }
+
+  private remember(r: JobEventRecord): void {
+    const m = this.jobs.get(r.jobId);
+    if (!m) return;
+    m.recent.push(r);
+    if (m.recent.length > this.memoryEventsPerJob) m.recent.splice(0, m.recent.length - this.memoryEventsPerJob);
+    if (r.type === 'finished') m.finishedAt = this.now();
+    for (const l of m.listeners) l(r);
+  }
+
+  /** Live events of a job from now on. Returns the unsubscribe function. */
+  subscribe(jobId: string, listener: JobEventListener): () => void {
+    let m = this.jobs.get(jobId);
+    if (!m) {
+      // Not written by this process (yet): listeners wait here until an append creates its memory.
+      m = { nextSeq: Number.NaN, recent: [], finishedAt: null, listeners: new Set() };
+      this.jobs.set(jobId, m);
+    }
+    m.listeners.add(listener);
+    const mem = m;
+    return () => {
+      mem.listeners.delete(listener);
+    };
+  }
+
+  /**
+   * Stored events with seq > afterSeq, ascending, at most `limit`. Served from memory when the
+   * recent tail covers the request, otherwise from the database.
+   */
+  async read(jobId: string, afterSeq: number, limit = PAGE): Promise<JobEventRecord[]> {
+    const m = this.jobs.get(jobId);
+    if (m && m.recent.length && m.recent[0]!.seq <= afterSeq + 1) {
+      return m.recent.filter((e) => e.seq > afterSeq).slice(0, limit);
+    }
+    const rows = await this.db
+      .selectFrom('deployment_job_events')
+      .select(['job_id', 'seq', 'type', 'payload', 'at'])
+      .where('job_id', '=', jobId)
+      .where('seq', '>', afterSeq)
+      .orderBy('seq')
+      .limit(limit)
+      .execute();
+    return rows.map((r) => ({ jobId: r.job_id, seq: r.seq, type: r.type, payload: r.payload, at: new Date(r.at) }));
+  }
+
+  /** Drops in-memory events of jobs that ended longer ago than the retention; returns how many. */
+  sweep(): number {
+    let dropped = 0;
+    const cutoff = this.now() - this.opts.memoryRetentionMs;
+    for (const [id, m] of this.jobs) {
+      if (m.finishedAt !== null && m.finishedAt <= cutoff && m.listeners.size === 0) {
+        this.jobs.delete(id);
+        dropped++;
+      }
+    }
+    return dropped;
+  }
+
+  inMemory(jobId: string): boolean {
+    return (this.jobs.get(jobId)?.recent.length ?? 0) > 0;
+  }
+
+  subscriberCount(): number {
+    let n = 0;
+    for (const m of this.jobs.values()) n += m.listeners.size;
+    return n;
+  }
+}
+
+/** Deletes events older than the retention (run on startup); returns how many went. */
+export async function pruneJobEvents(db: Kysely<DB>, olderThan: Date): Promise<number> {
+  const res = await db.deleteFrom('deployment_job_events').where('at', '<', olderThan).executeTakeFirst();
+  return Number(res.numDeletedRows);
+}

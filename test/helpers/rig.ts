@@ -1,0 +1,102 @@
+// The real Docker rig for tests: the engine, Compose v2 and the registry on 127.0.0.1:5000, set up
+// by scripts/rig/setup.sh. Nothing here fakes Docker; a rig that cannot start fails the test.
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, writeFileSync, cpSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { ROOT } from './process.ts';
+
+export const REGISTRY = '127.0.0.1:5000';
+
+export interface RunResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+export function run(cmd: string, args: string[], opts: { env?: Record<string, string>; cwd?: string; input?: string; timeoutMs?: number } = {}): Promise<RunResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { cwd: opts.cwd ?? ROOT, env: { ...process.env, ...opts.env }, stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const timer = opts.timeoutMs ? setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs) : undefined;
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code: code ?? -1, stdout, stderr });
+    });
+    child.stdin.end(opts.input ?? '');
+  });
+}
+
+/** Runs a command and throws with its output when it fails. */
+export async function must(cmd: string, args: string[], opts: Parameters<typeof run>[2] = {}): Promise<string> {
+  const r = await run(cmd, args, opts);
+  if (r.code !== 0) throw new Error(`${cmd} ${args.join(' ')} exited ${r.code}\n${r.stdout}\n${r.stderr}`);
+  return r.stdout;
+}
+
+export const docker = (args: string[], opts?: Parameters<typeof run>[2]) => must('docker', args, opts);
+
+/** Brings the rig up (idempotent). Throws with the set-up script's output when it cannot. */
+export async function ensureRig(): Promise<void> {
+  const r = await run('bash', [path.join(ROOT, 'scripts/rig/setup.sh')], { timeoutMs: 15 * 60_000 });
+  if (r.code !== 0) {
+    throw new Error(`the Docker rig could not start (scripts/rig/setup.sh exited ${r.code}); Docker tests cannot run without it:\n${r.stdout.slice(-4000)}\n${r.stderr.slice(-4000)}`);
+  }
+}
+
+export const uniqueName = (prefix: string) => `${prefix}-${randomBytes(4).toString('hex')}`;
+
+/** Builds the installer image on the rig, pushes the tags and returns each tag's registry digest. */
+export async function buildInstallerImage(tags: string[]): Promise<Record<string, string>> {
+  const out = await must('bash', [path.join(ROOT, 'scripts/build-image.sh'), '--rig', '--push', ...tags], { timeoutMs: 10 * 60_000 });
+  const digests: Record<string, string> = {};
+  for (const m of out.matchAll(/^digest (\S+) (sha256:[0-9a-f]{64})$/gm)) digests[m[1]!] = m[2]!;
+  for (const t of tags) if (!digests[t]) throw new Error(`no digest reported for ${t}:\n${out}`);
+  return digests;
+}
+
+export interface PlatformProject {
+  project: string;
+  dir: string;
+  composeFile: string;
+  compose(args: string[]): Promise<string>;
+  /** Containers of the project: id, name, service, state. */
+  containers(): Promise<{ id: string; name: string; service: string; state: string }[]>;
+  remove(): Promise<void>;
+}
+
+/**
+ * A real compose project of small busybox services (deploy/rig/demo-platform) under a name of its
+ * own, so tests never step on each other or on a platform that runs on the machine.
+ */
+export async function startPlatform(opts: { project?: string; up?: boolean } = {}): Promise<PlatformProject> {
+  const project = opts.project ?? uniqueName('platform-t');
+  const dir = mkdtempSync(path.join(tmpdir(), `${project}-`));
+  cpSync(path.join(ROOT, 'deploy/rig/demo-platform'), dir, { recursive: true });
+  const composeFile = path.join(dir, 'docker-compose.yml');
+  writeFileSync(path.join(dir, '.env'), 'TZ=UTC\n', { flag: 'a' });
+  const compose = (args: string[]) => docker(['compose', '-p', project, '-f', composeFile, ...args], { cwd: dir, timeoutMs: 5 * 60_000 });
+  const p: PlatformProject = {
+    project,
+    dir,
+    composeFile,
+    compose,
+    async containers() {
+      const out = await docker(['ps', '-a', '--filter', `label=com.docker.compose.project=${project}`, '--format', '{{.ID}}\t{{.Names}}\t{{.Label "com.docker.compose.service"}}\t{{.State}}']);
+      return out.trim().split('\n').filter(Boolean).map((l) => {
+        const [id, name, service, state] = l.split('\t');
+        return { id: id!, name: name!, service: service!, state: state! };
+      });
+    },
+    async remove() {
+      await compose(['down', '-v', '--remove-orphans', '-t', '1']);
+    },
+  };
+  if (opts.up !== false) await compose(['up', '-d', '--wait', '--wait-timeout', '120']);
+  return p;
+}
