@@ -1,7 +1,6 @@
 // The real `docker compose` CLI, always with an argument array (never a shell string). Each run
 // gets its own process group so that cancelling stops compose and everything it started.
 import { spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import type { Readable } from 'node:stream';
 
 export type Stream = 'stdout' | 'stderr';
