@@ -4,6 +4,7 @@ import Fastify, { type FastifyInstance, type FastifyBaseLogger } from 'fastify';
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
 import fastifyRateLimit from '@fastify/rate-limit';
+import fastifySse from '@fastify/sse';
 import { serializerCompiler, validatorCompiler, jsonSchemaTransform } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import type { Settings } from '../config.ts';
@@ -35,7 +36,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
     bodyLimit: 1024 * 1024,
-    disableRequestLogging: false,
     requestIdHeader: false,
     trustProxy: false,
     return503OnClosing: true,
@@ -48,6 +48,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     errorResponseBuilder: (_req, ctx) =>
       errorBody(429, `too many attempts: try again in ${Math.ceil(ctx.ttl / 1000)} s`, 'rate_limited'),
   });
+  // Server-sent events for job and log streams; routes send their own heartbeats.
+  await app.register(fastifySse, { heartbeatInterval: 15_000 });
   await app.register(authPlugin, {
     jwtSecret: deps.jwtSecret,
     serviceToken: deps.serviceToken,
