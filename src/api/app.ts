@@ -4,7 +4,7 @@ import Fastify, { type FastifyInstance, type FastifyBaseLogger } from 'fastify';
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
 import fastifyRateLimit from '@fastify/rate-limit';
-import fastifySse from '@fastify/sse';
+import { fastifySSE } from '@fastify/sse';
 import { serializerCompiler, validatorCompiler, jsonSchemaTransform } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
 import type { Settings } from '../config.ts';
@@ -49,7 +49,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       errorBody(429, `too many attempts: try again in ${Math.ceil(ctx.ttl / 1000)} s`, 'rate_limited'),
   });
   // Server-sent events for job and log streams; routes send their own heartbeats.
-  await app.register(fastifySse, { heartbeatInterval: 15_000 });
+  await app.register(fastifySSE, { heartbeatInterval: 15_000 });
   await app.register(authPlugin, {
     jwtSecret: deps.jwtSecret,
     serviceToken: deps.serviceToken,
