@@ -1,23 +1,18 @@
-// The installer backend: boots, serves the API and stops cleanly on SIGTERM (it is PID 1 in its
-// container, so an unhandled SIGTERM would make every stop wait for the kill timeout).
+// The installer backend: boots, starts its controllers, serves the API and stops cleanly on
+// SIGTERM (it is PID 1 in its container, so an unhandled SIGTERM would make every stop wait for
+// the kill timeout).
 import { boot, ensureInitialAdmin, settingsOrExit } from './boot.ts';
 import { buildApp } from './api/app.ts';
-import { connectEngine, EngineRuntime } from './adapters/docker-engine.ts';
+import { wire } from './wiring.ts';
 
 const settings = settingsOrExit();
 const booted = await boot(settings, { migrate: settings.MIGRATE_ON_BOOT });
-const { logger, database, secrets } = booted;
+const { logger, database } = booted;
 await ensureInitialAdmin(booted);
 
-const docker = connectEngine(settings.DOCKER_SOCKET);
-const app = await buildApp({
-  settings,
-  database,
-  logger,
-  jwtSecret: secrets.jwtSecret,
-  serviceToken: () => secrets.serviceToken,
-  runtime: new EngineRuntime(docker, `${settings.INSTALLER_REGISTRY}/${settings.INSTALLER_IMAGE_NAME}`),
-});
+const wired = wire(booted);
+const app = await buildApp(wired.deps);
+await wired.start();
 
 let stopping = false;
 async function shutdown(signal: string): Promise<void> {
@@ -30,6 +25,7 @@ async function shutdown(signal: string): Promise<void> {
   }, 8_000);
   force.unref();
   try {
+    await wired.stop();
     await app.close();
     await database.close();
   } finally {

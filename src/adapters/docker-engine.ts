@@ -106,3 +106,46 @@ export class EngineRuntime {
     }
   }
 }
+
+export interface PlatformContainer {
+  name: string;
+  service: string;
+  state: string;
+  health: string | null;
+  image: string;
+  digest: string | null;
+  since: string | null;
+  id: string;
+}
+
+/** The containers of a compose project with their state, health, image and digest. */
+export async function projectContainers(docker: Docker, project: string): Promise<PlatformContainer[]> {
+  const list = await docker.listContainers({ all: true, filters: { label: [`com.docker.compose.project=${project}`] } });
+  const imageDigests = new Map<string, string | null>();
+  const out = await Promise.all(
+    list.map(async (c) => {
+      const inspect = await docker.getContainer(c.Id).inspect().catch(() => null);
+      if (!imageDigests.has(c.ImageID)) {
+        const img = await docker.getImage(c.ImageID).inspect().catch(() => null);
+        imageDigests.set(c.ImageID, img ? pickDigest(img.RepoDigests ?? [], c.Image) : null);
+      }
+      return {
+        id: c.Id,
+        name: (c.Names[0] ?? c.Id).replace(/^\//, ''),
+        service: c.Labels['com.docker.compose.service'] ?? '',
+        state: inspect?.State.Status ?? c.State,
+        health: inspect?.State.Health?.Status ?? null,
+        image: c.Image,
+        digest: imageDigests.get(c.ImageID) ?? null,
+        since: inspect?.State.StartedAt ?? null,
+      };
+    }),
+  );
+  return out.sort((a, b) => a.name.localeCompare(b.name));
+}
+
+/** Removes dangling (untagged) images. A tagged image, such as the `rollback` tag, is never dangling. */
+export async function pruneDanglingImages(docker: Docker): Promise<{ deleted: number; reclaimedBytes: number }> {
+  const r = await docker.pruneImages({ filters: { dangling: { true: true } } });
+  return { deleted: (r.ImagesDeleted ?? []).length, reclaimedBytes: r.SpaceReclaimed ?? 0 };
+}

@@ -9,13 +9,16 @@ import { serializerCompiler, validatorCompiler, jsonSchemaTransform } from 'fast
 import type { Logger } from 'pino';
 import type { Settings } from '../config.ts';
 import type { Database } from '../db/database.ts';
-import type { RuntimePort } from './ports.ts';
+import type { JobsPort, PlatformPort, RuntimePort } from './ports.ts';
+import type { JobEventLog } from '../state/job-events.ts';
+import type { Sealer } from '../state/platform-config.ts';
 import { authPlugin } from './auth.ts';
 import { errorBody, installErrorHandling } from './errors.ts';
 import { healthRoutes } from './routes/health.ts';
 import { versionRoutes } from './routes/version.ts';
 import { authRoutes } from './routes/auth.ts';
 import { userRoutes } from './routes/users.ts';
+import { deploymentRoutes } from './routes/deployment.ts';
 
 export interface AppDeps {
   settings: Settings;
@@ -24,6 +27,10 @@ export interface AppDeps {
   jwtSecret: string;
   serviceToken: () => string;
   runtime: RuntimePort;
+  platform: PlatformPort;
+  events: JobEventLog;
+  sealer: Sealer;
+  jobs?: JobsPort;
 }
 
 declare module 'fastify' {
@@ -73,6 +80,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await api.register(versionRoutes);
     await api.register(authRoutes);
     await api.register(userRoutes);
+    await api.register(deploymentRoutes);
   });
   return app;
 }

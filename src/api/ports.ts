@@ -17,3 +17,73 @@ export interface VersionInfo {
 export interface RuntimePort {
   version(): Promise<VersionInfo>;
 }
+
+export interface ContainerView {
+  name: string;
+  service: string;
+  state: string;
+  health: string | null;
+  image: string;
+  digest: string | null;
+  since: string | null;
+}
+
+/** The platform as the API sees it: its services (compose file), containers (engine) and .env. */
+export interface PlatformPort {
+  project: string;
+  services(): Promise<string[]>;
+  containers(): Promise<ContainerView[]>;
+  readEnv(): Promise<{ key: string; value: string }[]>;
+}
+
+/** What the jobs controller is doing right now. */
+export interface JobsPort {
+  busy(): { running: string[]; queueSize: number };
+}
+
+/** One log line of a platform container (docs/adr/0007-container-logs.md). */
+export interface ContainerLogLine {
+  /** Container name without the leading slash, e.g. `platform-web-1`. */
+  container: string;
+  /** Compose service (label `com.docker.compose.service`); empty when the container has none. */
+  service: string;
+  stream: 'stdout' | 'stderr';
+  /** When the engine received the line: UTC, RFC 3339 with nanoseconds, e.g. `2024-05-01T10:00:00.123456789Z`. */
+  timestamp: string;
+  /** The line without its newline, already scrubbed of the installer's secrets. */
+  line: string;
+}
+
+export interface PlatformContainer {
+  id: string;
+  name: string;
+  service: string;
+  /** Engine state: running, exited, created, … */
+  state: string;
+}
+
+/** Batches of lines; iteration ends when the feed is done or closed; throws when the engine fails. */
+export interface LogFeed extends AsyncIterable<ContainerLogLine[]> {
+  /** Stops reading from the engine and ends iteration; safe to call twice. */
+  close(): void;
+}
+
+/** Which containers of a compose project: all of them, one service's, or one by name. */
+export interface LogSelection {
+  project: string;
+  service?: string;
+  containerName?: string;
+}
+
+export interface ContainerLogsPort {
+  /** Every container of the compose project, running or not. */
+  containers(project: string): Promise<PlatformContainer[]>;
+  /** The last `tail` lines of each selected container in timestamp order, then new lines as they come, from containers that start later too. */
+  live(selection: LogSelection, opts: { tail: number }): LogFeed;
+  /**
+   * Lines in [since, until] (epoch nanoseconds, both ends inclusive, either open) in timestamp order
+   * across containers. Without `follow` it ends once what the engine holds is read; with it, new lines
+   * follow until `until` has passed (forever when `until` is absent).
+   */
+  window(selection: LogSelection, opts: { since?: bigint; until?: bigint; follow: boolean }): LogFeed;
+}

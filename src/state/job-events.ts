@@ -83,6 +83,11 @@ export class JobEventLog {
     return m;
   }
 
+  /** Prepares a job for appends (its next seq), so that appends made in a row keep their order. */
+  async open(jobId: string): Promise<void> {
+    await this.memory(jobId);
+  }
+
   /**
    * Appends an event with the job's next seq. One writer per job (the controller that claimed it).
    * Resolves once the event is stored; concurrent appends are written together in one statement.

@@ -19,14 +19,7 @@ describe('GET /api/health', () => {
 
   it('answers 503 with db down when the database does not', async () => {
     const dead = await openDatabase({ url: 'postgres://postgres@127.0.0.1:1/none', dataDir: '/nonexistent' });
-    const app = await buildApp({
-      settings: t.settings,
-      database: dead,
-      logger: createLogger({ level: 'silent', secrets: [] }),
-      jwtSecret: 'x'.repeat(40),
-      serviceToken: () => 'y'.repeat(40),
-      runtime: { version: async () => { throw new Error('unused'); } },
-    });
+    const app = await buildApp({ ...t.wired.deps, database: dead, logger: createLogger({ level: 'silent', secrets: [] }) });
     try {
       const started = Date.now();
       const res = await app.inject({ method: 'GET', url: '/api/health' });

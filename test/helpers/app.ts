@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/api/app.ts';
+import { wire, type Wired } from '../../src/wiring.ts';
 import { loadSettings, type Settings } from '../../src/config.ts';
 import { createLogger } from '../../src/logger.ts';
 import { createUser } from '../../src/state/users.ts';
@@ -27,6 +28,7 @@ export const PASSWORDS: Record<Role, string> = {
 
 export interface TestApp {
   app: FastifyInstance;
+  wired: Wired;
   db: TestDatabase;
   settings: Settings;
   logs: string[];
@@ -40,7 +42,14 @@ const notInContainer: RuntimePort = {
   },
 };
 
-export async function startTestApp(opts: { env?: Record<string, string>; runtime?: RuntimePort } = {}): Promise<TestApp> {
+export interface TestAppOptions {
+  env?: Record<string, string>;
+  runtime?: RuntimePort;
+  /** Start the controllers (jobs) too, as the server does. */
+  controllers?: boolean;
+}
+
+export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
   const db = await createTestDatabase();
   const dataDir = mkdtempSync(path.join(tmpdir(), 'installer-test-'));
   const settings = loadSettings(
@@ -58,18 +67,21 @@ export async function startTestApp(opts: { env?: Record<string, string>; runtime
   for (const role of ['admin', 'operator', 'viewer'] as const) {
     await createUser(db.database.db, { username: role, password: PASSWORDS[role], role });
   }
-  const app = await buildApp({
-    settings,
-    database: db.database,
-    logger,
+  const secrets = {
     jwtSecret: TEST_SECRETS.JWT_SECRET,
-    serviceToken: () => TEST_SECRETS.SERVICE_TOKEN,
-    runtime: opts.runtime ?? notInContainer,
-  });
+    encryptionKey: TEST_SECRETS.ENCRYPTION_KEY,
+    serviceToken: TEST_SECRETS.SERVICE_TOKEN,
+    databasePassword: TEST_SECRETS.DATABASE_PASSWORD,
+    serviceTokenFile: path.join(dataDir, 'secrets', 'service-token'),
+  };
+  const wired = wire({ settings, secrets, logger, database: db.database }, { runtime: opts.runtime ?? notInContainer });
+  const app = await buildApp(wired.deps);
   await app.ready();
+  if (opts.controllers) await wired.start();
   const tokens = new Map<Role, string>();
   return {
     app,
+    wired,
     db,
     settings,
     logs,
@@ -85,6 +97,7 @@ export async function startTestApp(opts: { env?: Record<string, string>; runtime
       return t;
     },
     async close() {
+      await wired.stop();
       await app.close();
       await db.drop();
     },

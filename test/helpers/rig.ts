@@ -4,6 +4,7 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, writeFileSync, cpSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer } from 'node:net';
 import path from 'node:path';
 import { ROOT } from './process.ts';
 
@@ -49,6 +50,17 @@ export async function ensureRig(): Promise<void> {
   }
 }
 
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as { port: number }).port;
+      srv.close(() => resolve(port));
+    });
+    srv.on('error', reject);
+  });
+}
+
 export const uniqueName = (prefix: string) => `${prefix}-${randomBytes(4).toString('hex')}`;
 
 /** Builds the installer image on the rig, pushes the tags and returns each tag's registry digest. */
@@ -74,12 +86,14 @@ export interface PlatformProject {
  * A real compose project of small busybox services (deploy/rig/demo-platform) under a name of its
  * own, so tests never step on each other or on a platform that runs on the machine.
  */
-export async function startPlatform(opts: { project?: string; up?: boolean } = {}): Promise<PlatformProject> {
+export async function startPlatform(opts: { project?: string; up?: boolean; env?: Record<string, string> } = {}): Promise<PlatformProject> {
   const project = opts.project ?? uniqueName('platform-t');
   const dir = mkdtempSync(path.join(tmpdir(), `${project}-`));
   cpSync(path.join(ROOT, 'deploy/rig/demo-platform'), dir, { recursive: true });
   const composeFile = path.join(dir, 'docker-compose.yml');
-  writeFileSync(path.join(dir, '.env'), 'TZ=UTC\n', { flag: 'a' });
+  // Each test platform publishes its web service on a port of its own.
+  const env = { TZ: 'UTC', WEB_PORT: String(await freePort()), ...opts.env };
+  writeFileSync(path.join(dir, '.env'), Object.entries(env).map(([k, v]) => `${k}=${v}\n`).join(''));
   const compose = (args: string[]) => docker(['compose', '-p', project, '-f', composeFile, ...args], { cwd: dir, timeoutMs: 5 * 60_000 });
   const p: PlatformProject = {
     project,

@@ -1,25 +1,15 @@
 // Runs the installer's own compose stack (deploy/docker-compose*.yml) on the rig, with images
 // built here and the rig's Postgres image standing in for the public one.
 import { copyFileSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { ROOT } from './process.ts';
-import { docker, run, REGISTRY } from './rig.ts';
+import { docker, freePort, run, REGISTRY } from './rig.ts';
+
+export { freePort };
 
 export const FIXED_CONTAINERS = ['installer-backend', 'installer-backend-init', 'installer-postgres', 'installer-self-updater'];
-
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as { port: number }).port;
-      srv.close(() => resolve(port));
-    });
-    srv.on('error', reject);
-  });
-}
 
 export interface Stack {
   project: string;

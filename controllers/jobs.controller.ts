@@ -1,0 +1,326 @@
+// Reconciles platform job requests: wakes on NOTIFY (and a slow poll), claims queued jobs one at a
+// time, and runs each in the job chart with the real compose CLI. It alone writes job status, job
+// events and their audit rows. Cancel requests are handled at once, beside the running job.
+import { createActor, fromCallback, type EventObject, type SnapshotFrom } from 'xstate';
+import PQueue from 'p-queue';
+import { readFileSync } from 'node:fs';
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import type { DB, ActionKind } from '../src/db/schema.ts';
+import type { Database } from '../src/db/database.ts';
+import { jobMachine, phaseOf, JOB_CHART_VERSION, type JobOutcomeState, type StepInput } from '../machines/job.machine.ts';
+import { claimNextJob, finishJob, getJob, JOBS_CHANNEL, runningJobs, updateJobStatus, type JobView } from '../src/state/jobs.ts';
+import { recordFinished, recordStarted } from '../src/state/actions.ts';
+import type { JobEventLog } from '../src/state/job-events.ts';
+import { clearConfigChanges, pendingConfigChanges, type Sealer } from '../src/state/platform-config.ts';
+import { getSetting } from '../src/state/settings.ts';
+import { parsePullProgress, runCompose, type ComposeRun } from '../src/adapters/compose-cli.ts';
+import type { PlatformFiles } from '../src/adapters/platform-files.ts';
+
+/** Compose kinds this controller runs; cancel-job is handled apart, other kinds by their own controllers. */
+export const COMPOSE_KINDS: readonly ActionKind[] = ['deploy', 'restart', 'stop', 'kill', 'pull', 'compose-up', 'apply-config'];
+
+export interface JobsControllerDeps {
+  db: Kysely<DB>;
+  listen: Database['listen'];
+  events: JobEventLog;
+  logger: Logger;
+  platform: PlatformFiles;
+  sealer: Sealer;
+  pruneImages: () => Promise<{ deleted: number; reclaimedBytes: number }>;
+  hungMinutes: number;
+  templatesUrl?: string | undefined;
+  workerId: string;
+  pollMs?: number;
+  /** How long the event log keeps a finished job in memory; swept once a minute. */
+  sweepMs?: number;
+}
+
+interface Running {
+  actor: ReturnType<typeof createActor<typeof jobMachine>>;
+  done: Promise<void>;
+}
+
+const STEP_ARGS: Record<string, (services: string[]) => string[]> = {
+  restart: (s) => ['restart', ...s],
+  stop: (s) => ['stop', ...s],
+  kill: (s) => ['kill', ...s],
+  pull: (s) => ['pull', ...s],
+  up: (s) => ['up', '-d', '--remove-orphans', ...s],
+  'up-pulled': (s) => ['up', '-d', '--pull', 'never', ...s],
+  recreate: (s) => ['up', '-d', '--force-recreate', '--pull', 'never', ...s],
+};
+
+/** The chart's steps for a job kind. `prune` removes dangling images after a pull. */
+export function stepsFor(kind: ActionKind): { steps: string[]; needsPrepare: boolean } {
+  switch (kind) {
+    case 'restart': return { steps: ['restart'], needsPrepare: false };
+    case 'stop': return { steps: ['stop'], needsPrepare: false };
+    case 'kill': return { steps: ['kill'], needsPrepare: false };
+    case 'pull': return { steps: ['pull', 'prune'], needsPrepare: false };
+    case 'compose-up': return { steps: ['up-pulled'], needsPrepare: false };
+    case 'deploy': return { steps: ['pull', 'up', 'prune'], needsPrepare: true };
+    case 'apply-config': return { steps: ['recreate'], needsPrepare: true };
+    default: throw new Error(`${kind} is not a compose job`);
+  }
+}
+
+function isOurComposeProcess(pid: number, project: string): boolean {
+  try {
+    const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    return argv.includes('compose') && argv.includes('-p') && argv[argv.indexOf('-p') + 1] === project;
+  } catch {
+    return false;
+  }
+}
+
+export class JobsController {
+  private readonly queue = new PQueue({ concurrency: 1 });
+  private readonly running = new Map<string, Running>();
+  private cancelling: Promise<void> | null = null;
+  private unlisten: (() => Promise<void>) | undefined;
+  private timers: NodeJS.Timeout[] = [];
+  private stopped = false;
+
+  constructor(private readonly d: JobsControllerDeps) {}
+
+  async start(): Promise<void> {
+    await this.closeInterrupted();
+    this.unlisten = await this.d.listen(JOBS_CHANNEL, () => this.wake());
+    this.timers.push(setInterval(() => this.wake(), this.d.pollMs ?? 5_000));
+    this.timers.push(setInterval(() => this.d.events.sweep(), this.d.sweepMs ?? 60_000));
+    for (const t of this.timers) t.unref();
+    this.wake();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const t of this.timers) clearInterval(t);
+    await this.unlisten?.();
+    this.queue.clear();
+  }
+
+  /** What is running and waiting, for the status endpoint. */
+  busy(): { running: string[]; queueSize: number } {
+    return { running: [...this.running.keys()], queueSize: this.queue.size };
+  }
+
+  wake(): void {
+    if (this.stopped) return;
+    this.cancelling ??= this.handleCancels()
+      .catch((err) => this.d.logger.error({ err }, 'cancel handling failed'))
+      .finally(() => {
+        this.cancelling = null;
+      });
+    if (this.queue.size === 0 && this.queue.pending === 0) {
+      void this.queue.add(() => this.drain()).catch((err) => this.d.logger.error({ err }, 'job loop failed'));
+    }
+  }
+
+  /** Runs queued compose jobs one after another until none is left. */
+  private async drain(): Promise<void> {
+    while (!this.stopped) {
+      const job = await claimNextJob(this.d.db, this.d.workerId, { only: [...COMPOSE_KINDS] });
+      if (!job) return;
+      await this.run(job);
+    }
+  }
+
+  /** A backend restart leaves running jobs behind: close them as failed and say why. */
+  private async closeInterrupted(): Promise<void> {
+    for (const j of await runningJobs(this.d.db)) {
+      if (j.runnerPid && isOurComposeProcess(j.runnerPid, this.d.platform.project)) {
+        try {
+          process.kill(-j.runnerPid, 'SIGTERM');
+        } catch {
+          /* gone meanwhile */
+        }
+      }
+      const detail = 'interrupted: the backend restarted while the job was running';
+      await this.d.events.open(j.jobId);
+      if (!(await finishJob(this.d.db, j.jobId, { phase: 'failed', detail, exitCode: null }))) continue;
+      await this.finishAudit(j.jobId, 'failed', null, detail);
+      await this.d.events.append(j.jobId, 'finished', { outcome: 'failed', state: 'interrupted', exitCode: null, detail });
+      this.d.logger.warn({ jobId: j.jobId, kind: j.kind }, detail);
+    }
+  }
+
+  private async finishAudit(jobId: string, status: 'completed' | 'failed', exitCode: number | null, detail: string | null): Promise<void> {
+    const rows = await this.d.db.selectFrom('deployment_actions').select('id').where('job_id', '=', jobId).where('status', '=', 'started').execute();
+    for (const r of rows) await recordFinished(this.d.db, r.id, { status, exitCode, detail });
+  }
+
+  private async run(job: JobView): Promise<void> {
+    const { db, events, logger } = this.d;
+    const jobId = job.jobId;
+    const services = job.params.services ?? [];
+    await events.open(jobId);
+    await recordStarted(db, {
+      kind: job.kind,
+      actor: { id: job.actor, email: job.actorEmail },
+      jobId,
+      detail: services.length ? `services: ${services.join(', ')}` : 'all services',
+    });
+    const { steps, needsPrepare } = stepsFor(job.kind);
+    await events.append(jobId, 'phase', { phase: 'started', kind: job.kind, services, steps });
+    logger.info({ jobId, kind: job.kind, services, actor: job.actor }, `job ${jobId} started: ${job.kind}`);
+
+    let current: ComposeRun | undefined;
+    let deadlineWrittenAt = 0;
+    const hungMs = this.d.hungMinutes * 60_000;
+    const touch = (force = false) => {
+      const now = Date.now();
+      if (!force && now - deadlineWrittenAt < 5_000) return;
+      deadlineWrittenAt = now;
+      void updateJobStatus(db, jobId, { lastOutputAt: new Date(now), hungDeadline: new Date(now + hungMs) }).catch(() => {});
+    };
+    const line = (type: 'output' | 'progress' | 'warning', payload: Record<string, unknown>, text: string) => {
+      void events.append(jobId, type, payload).catch((err) => logger.error({ err, jobId }, 'job event not stored'));
+      // Mirrored to the backend's stdout so deployment output survives a restart of the backend.
+      logger.info({ jobId }, `[job ${jobId}] ${text}`);
+    };
+
+    const prepare = fromCallback<EventObject, Record<string, never>>(({ sendBack }) => {
+      const log = (text: string) => {
+        sendBack({ type: 'OUTPUT' });
+        line('output', { stream: 'stdout', line: text }, text);
+      };
+      void (async () => {
+        await events.append(jobId, 'phase', { phase: 'prepare' });
+        if (job.kind === 'deploy') {
+          if (!this.d.templatesUrl) throw new Error('PLATFORM_TEMPLATES_URL is not set: there is nothing to deploy from');
+          const vmUser = (await getSetting<string>(db, 'vmUser')) ?? null;
+          await this.d.platform.installTemplates(this.d.templatesUrl, vmUser, log);
+        }
+        const changes = await pendingConfigChanges(db, this.d.sealer);
+        if (changes.length) {
+          const set: Record<string, string> = {};
+          const remove: string[] = [];
+          for (const c of changes) if (c.value === null) remove.push(c.key); else set[c.key] = c.value;
+          await this.d.platform.changeEnv(set, remove);
+          await clearConfigChanges(db, changes);
+          log(`configuration changed: ${changes.map((c) => (c.value === null ? `-${c.key}` : c.key)).join(', ')}`);
+        } else if (job.kind === 'apply-config') {
+          log('no pending configuration changes; recreating with the current .env');
+        }
+      })().then(
+        () => sendBack({ type: 'PREPARED' }),
+        (err: Error) => sendBack({ type: 'PREPARE_FAILED', message: err.message }),
+      );
+      return () => {};
+    });
+
+    const runStep = fromCallback<EventObject, StepInput>(({ input, sendBack }) => {
+      touch(true);
+      if (input.step === 'prune') {
+        void events.append(jobId, 'phase', { phase: 'prune' });
+        this.d.pruneImages().then(
+          (r) => {
+            line('output', { stream: 'stdout', line: `pruned ${r.deleted} dangling images (${r.reclaimedBytes} bytes)` }, `pruned ${r.deleted} dangling images`);
+            sendBack({ type: 'STEP_DONE', exitCode: 0 });
+          },
+          (err: Error) => {
+            // A failed prune leaves the platform as it should be: warn, do not fail the job.
+            line('warning', { message: `pruning dangling images failed: ${err.message}` }, `warning: prune failed: ${err.message}`);
+            sendBack({ type: 'STEP_DONE', exitCode: 0 });
+          },
+        );
+        return () => {};
+      }
+      const args = STEP_ARGS[input.step]!(services);
+      void events.append(jobId, 'phase', { phase: input.step, command: ['docker', 'compose', ...args].join(' ') });
+      const run = runCompose(this.d.platform.target(), args, (stream, text) => {
+        sendBack({ type: 'OUTPUT' });
+        touch();
+        const progress = input.step === 'pull' ? parsePullProgress(text) : null;
+        if (progress) line('progress', { ...progress, line: text }, text);
+        else line('output', { stream, line: text }, text);
+      });
+      current = run;
+      void updateJobStatus(db, jobId, { runnerPid: run.pid ?? null }).catch(() => {});
+      let exited = false;
+      void run.exited.then((code) => {
+        exited = true;
+        sendBack({ type: 'STEP_DONE', exitCode: code });
+      });
+      return () => {
+        if (!exited) run.cancel();
+      };
+    });
+
+    const actor = createActor(jobMachine.provide({ actors: { prepare, runStep } }), {
+      input: { steps, needsPrepare, hungMinutes: this.d.hungMinutes },
+    });
+    let lastValue = '';
+    const persist = (snap: SnapshotFrom<typeof jobMachine>) => {
+      const value = JSON.stringify(snap.value);
+      if (value === lastValue) return;
+      lastValue = value;
+      void updateJobStatus(db, jobId, { snapshot: actor.getPersistedSnapshot(), chartVersion: JOB_CHART_VERSION }).catch(() => {});
+    };
+    let finish!: () => void;
+    const done = new Promise<void>((resolve) => (finish = resolve));
+    actor.subscribe({ next: persist, complete: finish, error: (err) => { logger.error({ err, jobId }, 'job chart failed'); finish(); } });
+    this.running.set(jobId, { actor, done });
+    actor.start();
+    // A cancel that arrived before the job was claimed takes effect now.
+    const fresh = await getJob(db, jobId);
+    if (fresh?.cancelRequestedBy) actor.send({ type: 'CANCEL', by: fresh.cancelRequestedBy });
+    await done;
+
+    // Whatever ended the chart, the compose process is gone before the job is reported finished.
+    if (current) await Promise.race([current.exited, new Promise((r) => setTimeout(r, 10_000))]);
+    const snap = actor.getSnapshot();
+    const state = (typeof snap.value === 'string' ? snap.value : 'failed') as JobOutcomeState;
+    const phase = snap.status === 'done' ? phaseOf(state) : 'failed';
+    const detail = snap.context.detail ?? (phase === 'completed' ? null : 'the job chart stopped unexpectedly');
+    const exitCode = snap.context.exitCode;
+    await finishJob(db, jobId, { phase, detail, exitCode });
+    await updateJobStatus(db, jobId, { snapshot: actor.getPersistedSnapshot(), chartVersion: JOB_CHART_VERSION });
+    await this.finishAudit(jobId, phase, exitCode, detail);
+    await events.append(jobId, 'finished', { outcome: phase, state, exitCode, detail });
+    this.running.delete(jobId);
+    logger.info({ jobId, outcome: phase, state, exitCode }, `job ${jobId} ${phase}${detail ? `: ${detail}` : ''}`);
+  }
+
+  /** Handles queued cancel-job requests: each stops (or drops) its target and records who did it. */
+  private async handleCancels(): Promise<void> {
+    const { db, events } = this.d;
+    for (;;) {
+      const req = await claimNextJob(db, `${this.d.workerId}:cancel`, { only: ['cancel-job'] });
+      if (!req) return;
+      const targetId = req.params.targetJobId ?? '';
+      await events.open(req.jobId);
+      const audit = await recordStarted(db, { kind: 'cancel-job', actor: { id: req.actor, email: req.actorEmail }, jobId: req.jobId, detail: `cancel job ${targetId}` });
+      await events.append(req.jobId, 'phase', { phase: 'cancelling', targetJobId: targetId });
+      let outcome: { phase: 'completed' | 'failed'; detail: string };
+      const target = await getJob(db, targetId);
+      let running = this.running.get(targetId);
+      for (let i = 0; !running && target?.phase === 'running' && i < 50; i++) {
+        await new Promise((r) => setTimeout(r, 100)); // claimed a moment ago: its actor is starting
+        running = this.running.get(targetId);
+      }
+      if (!target) {
+        outcome = { phase: 'failed', detail: `no job ${targetId}` };
+      } else if (running) {
+        running.actor.send({ type: 'CANCEL', by: req.actor });
+        await running.done;
+        outcome = { phase: 'completed', detail: `cancelled job ${targetId}` };
+      } else if (target.phase === 'queued') {
+        const detail = `cancelled by ${req.actor} before it started`;
+        if (await finishJob(db, targetId, { phase: 'failed', detail, exitCode: null })) {
+          await events.open(targetId);
+          await events.append(targetId, 'finished', { outcome: 'failed', state: 'cancelled', exitCode: null, detail });
+          outcome = { phase: 'completed', detail: `cancelled job ${targetId} before it started` };
+        } else {
+          outcome = { phase: 'failed', detail: `job ${targetId} had already started elsewhere` };
+        }
+      } else {
+        outcome = { phase: 'failed', detail: `job ${targetId} had already ended (${target.phase})` };
+      }
+      await finishJob(db, req.jobId, { phase: outcome.phase, detail: outcome.detail, exitCode: null });
+      await recordFinished(db, audit.id, { status: outcome.phase, exitCode: null, detail: outcome.detail });
+      await events.append(req.jobId, 'finished', { outcome: outcome.phase, state: outcome.phase, exitCode: null, detail: outcome.detail });
+    }
+  }
+}

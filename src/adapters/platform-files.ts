@@ -1,0 +1,179 @@
+// The platform's files on the host: its compose file and .env in PLATFORM_DIR. Templates for a
+// deploy come from an http(s) URL or a local directory; they are validated by compose before they
+// replace anything, and every file is replaced atomically (write, then rename).
+import { mkdir, readFile, rename, rm, stat, writeFile, copyFile, mkdtemp } from 'node:fs/promises';
+import path from 'node:path';
+import { composeOutput, type ComposeTarget } from './compose-cli.ts';
+
+export const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const SECRET_KEY = /(PASS(WORD)?|SECRET|TOKEN|KEY|PRIVATE|CREDENTIAL|AUTH)/i;
+export const TEMPLATE_FILES = ['docker-compose.yml', '.env.template'] as const;
+
+export interface EnvEntry {
+  key: string;
+  value: string;
+}
+
+export const isSecretKey = (key: string) => SECRET_KEY.test(key);
+
+/** Parses KEY=VALUE lines; comments and blank lines are kept for rewriting but not returned. */
+export function parseEnv(text: string): EnvEntry[] {
+  const out: EnvEntry[] = [];
+  for (const raw of text.split(/\r?\n/)) {
+    const line = raw.trim();
+    if (!line || line.startsWith('#')) continue;
+    const eq = line.indexOf('=');
+    if (eq <= 0) continue;
+    const key = line.slice(0, eq).replace(/^export\s+/, '').trim();
+    if (!ENV_KEY.test(key)) continue;
+    let value = line.slice(eq + 1).trim();
+    if ((value.startsWith('"') && value.endsWith('"') && value.length >= 2) || (value.startsWith("'") && value.endsWith("'") && value.length >= 2)) {
+      value = value.slice(1, -1);
+    }
+    out.push({ key, value });
+  }
+  return out;
+}
+
+// Single quotes make compose take a value literally (no `${...}` interpolation); a value that
+// itself holds a single quote goes in double quotes with `\`, `"` and `$` escaped.
+function quote(value: string): string {
+  if (/^[A-Za-z0-9_./:@%+,-]*$/.test(value)) return value;
+  if (!value.includes("'")) return `'${value}'`;
+  return `"${value.replace(/[\\"$]/g, (c) => `\\${c}`)}"`;
+}
+
+/** Applies changes to .env text, keeping comments, order and untouched lines as they were. */
+export function applyEnvChanges(text: string, set: Record<string, string>, remove: readonly string[]): string {
+  const pending = new Map(Object.entries(set));
+  const drop = new Set(remove);
+  const lines = text.length ? text.replace(/\n$/, '').split('\n') : [];
+  const out: string[] = [];
+  for (const line of lines) {
+    const m = /^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=/.exec(line);
+    const key = m?.[1];
+    if (key && drop.has(key)) continue;
+    if (key && pending.has(key)) {
+      out.push(`${key}=${quote(pending.get(key)!)}`);
+      pending.delete(key);
+      continue;
+    }
+    out.push(line);
+  }
+  for (const [k, v] of pending) out.push(`${k}=${quote(v)}`);
+  return out.length ? `${out.join('\n')}\n` : '';
+}
+
+/** Renders .env from its template: `<USER>` becomes vmUser; keys already in .env keep their values. */
+export function renderEnv(template: string, existing: string, vmUser: string | null): string {
+  const kept = new Map(parseEnv(existing).map((e) => [e.key, e.value]));
+  const rendered = vmUser === null ? template : template.replaceAll('<USER>', vmUser);
+  const set: Record<string, string> = {};
+  for (const e of parseEnv(rendered)) if (kept.has(e.key)) set[e.key] = kept.get(e.key)!;
+  let text = applyEnvChanges(rendered, set, []);
+  const templateKeys = new Set(parseEnv(rendered).map((e) => e.key));
+  const extra: Record<string, string> = {};
+  for (const [k, v] of kept) if (!templateKeys.has(k)) extra[k] = v;
+  if (Object.keys(extra).length) text = applyEnvChanges(text, extra, []);
+  return text;
+}
+
+async function atomicWrite(file: string, content: string, mode = 0o640): Promise<void> {
+  const tmp = `${file}.tmp-${process.pid}`;
+  await writeFile(tmp, content, { mode });
+  await rename(tmp, file);
+}
+
+export class PlatformFiles {
+  private servicesCache: { key: string; services: string[] } | undefined;
+
+  constructor(
+    readonly dir: string,
+    readonly project: string,
+  ) {}
+
+  get composeFile(): string {
+    return path.join(this.dir, 'docker-compose.yml');
+  }
+
+  get envFile(): string {
+    return path.join(this.dir, '.env');
+  }
+
+  target(): ComposeTarget {
+    return { project: this.project, files: [this.composeFile], cwd: this.dir };
+  }
+
+  async hasComposeFile(): Promise<boolean> {
+    return stat(this.composeFile).then(() => true, () => false);
+  }
+
+  /** The compose services the platform defines (cached until the compose file or .env changes). */
+  async services(): Promise<string[]> {
+    const [c, e] = await Promise.all([stat(this.composeFile).catch(() => null), stat(this.envFile).catch(() => null)]);
+    if (!c) return [];
+    const key = `${c.mtimeMs}:${c.size}:${e?.mtimeMs ?? 0}`;
+    if (this.servicesCache?.key === key) return this.servicesCache.services;
+    const r = await composeOutput(this.target(), ['config', '--services']);
+    if (r.code !== 0) throw new Error(`the platform compose file is invalid: ${r.stderr.trim().split('\n').pop() ?? `exit ${r.code}`}`);
+    const services = r.stdout.split('\n').map((s) => s.trim()).filter(Boolean).sort();
+    this.servicesCache = { key, services };
+    return services;
+  }
+
+  async readEnvText(): Promise<string> {
+    return readFile(this.envFile, 'utf8').catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return '';
+      throw err;
+    });
+  }
+
+  async readEnv(): Promise<EnvEntry[]> {
+    return parseEnv(await this.readEnvText());
+  }
+
+  async changeEnv(set: Record<string, string>, remove: readonly string[]): Promise<void> {
+    await mkdir(this.dir, { recursive: true });
+    await atomicWrite(this.envFile, applyEnvChanges(await this.readEnvText(), set, remove));
+  }
+
+  /**
+   * Fetches the templates into a staging folder, renders .env, validates the pair with
+   * `docker compose config`, and only then installs them. Returns what was installed.
+   */
+  async installTemplates(source: string, vmUser: string | null, log: (line: string) => void): Promise<string[]> {
+    await mkdir(this.dir, { recursive: true });
+    const staging = await mkdtemp(path.join(this.dir, '.staging-'));
+    try {
+      for (const name of TEMPLATE_FILES) {
+        const dest = path.join(staging, name === '.env.template' ? '.env.template' : name);
+        if (/^https?:\/\//.test(source)) {
+          const url = new URL(name, source.endsWith('/') ? source : `${source}/`);
+          log(`downloading ${url.href}`);
+          const res = await fetch(url, { signal: AbortSignal.timeout(60_000) });
+          if (!res.ok) throw new Error(`downloading ${url.href} failed: HTTP ${res.status}`);
+          await writeFile(dest, Buffer.from(await res.arrayBuffer()));
+        } else {
+          const from = path.join(path.resolve(source), name);
+          log(`copying ${from}`);
+          await copyFile(from, dest).catch((err: NodeJS.ErrnoException) => {
+            throw new Error(`reading template ${from} failed (${err.code ?? err.message})`);
+          });
+        }
+      }
+      const template = await readFile(path.join(staging, '.env.template'), 'utf8');
+      if (template.includes('<USER>') && vmUser === null) log('warning: the templates use <USER> but no VM user is set; left as is');
+      await writeFile(path.join(staging, '.env'), renderEnv(template, await this.readEnvText(), vmUser), { mode: 0o640 });
+      const check = await composeOutput({ project: this.project, files: [path.join(staging, 'docker-compose.yml')], cwd: staging }, ['config', '--quiet']);
+      if (check.code !== 0) throw new Error(`the downloaded compose file is invalid: ${check.stderr.trim().split('\n').pop() ?? ''}`);
+      await rename(path.join(staging, 'docker-compose.yml'), this.composeFile);
+      await rename(path.join(staging, '.env'), this.envFile);
+      await rename(path.join(staging, '.env.template'), path.join(this.dir, '.env.template'));
+      this.servicesCache = undefined;
+      log(`installed docker-compose.yml and .env in ${this.dir}`);
+      return ['docker-compose.yml', '.env'];
+    } finally {
+      await rm(staging, { recursive: true, force: true });
+    }
+  }
+}

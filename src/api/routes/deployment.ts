@@ -1,0 +1,365 @@
+// Platform actions as desired-state requests, their job streams, the audit trail and the status.
+// Routes write requests and read state; the jobs controller does the work (architecture.md).
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { createJob, getJob, listJobs, requestCancel, type JobView } from '../../state/jobs.ts';
+import { listActions } from '../../state/actions.ts';
+import { ACTION_KINDS, type ActionKind } from '../../db/schema.ts';
+import type { JobEventRecord } from '../../state/job-events.ts';
+import { putConfigChanges, pendingConfigChanges } from '../../state/platform-config.ts';
+import { badRequest, conflict, notFound, unavailable } from '../../errors.ts';
+
+export const JOB_ACTIONS = ['deploy', 'restart', 'stop', 'kill', 'pull', 'compose-up', 'apply-config'] as const;
+const TAKES_SERVICES: readonly string[] = ['restart', 'stop', 'kill', 'pull', 'compose-up', 'apply-config'];
+export const ACTIONS_LIMIT = { default: 50, max: 500 };
+const SERVICE_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$/;
+const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
+const SECRET_KEY = /(PASS(WORD)?|SECRET|TOKEN|KEY|PRIVATE|CREDENTIAL|AUTH)/i;
+export const MASK = '********';
+
+const jobSchema = z.object({
+  jobId: z.string(),
+  kind: z.enum(ACTION_KINDS),
+  services: z.array(z.string()),
+  targetJobId: z.string().optional(),
+  actor: z.string(),
+  phase: z.enum(['queued', 'running', 'completed', 'failed']),
+  state: z.string().nullable().describe('Current state of the job chart'),
+  detail: z.string().nullable(),
+  exitCode: z.number().nullable(),
+  createdAt: z.string(),
+  startedAt: z.string().nullable(),
+  finishedAt: z.string().nullable(),
+  hungDeadline: z.string().nullable(),
+  cancelRequestedBy: z.string().nullable(),
+});
+
+const iso = (d: Date | null) => (d ? d.toISOString() : null);
+const viewJob = (j: JobView): z.infer<typeof jobSchema> => ({
+  jobId: j.jobId,
+  kind: j.kind,
+  services: j.params.services ?? [],
+  ...(j.params.targetJobId ? { targetJobId: j.params.targetJobId } : {}),
+  actor: j.actor,
+  phase: j.phase,
+  state: j.state,
+  detail: j.detail,
+  exitCode: j.exitCode,
+  createdAt: j.createdAt.toISOString(),
+  startedAt: iso(j.startedAt),
+  finishedAt: iso(j.finishedAt),
+  hungDeadline: iso(j.hungDeadline),
+  cancelRequestedBy: j.cancelRequestedBy,
+});
+
+const jobIdParams = z.object({ jobId: z.uuid({ error: 'must be a job id (a UUID)' }) });
+const accepted = z.object({ jobId: z.string(), kind: z.string(), status: z.literal('queued') });
+
+function parseSeq(raw: string | undefined, name: string): number | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  if (!/^\d{1,15}$/.test(raw)) throw badRequest(`${name}: must be a non-negative integer event sequence number`);
+  return Number(raw);
+}
+
+export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
+  const { database, events, platform } = app.deps;
+  const db = database.db;
+
+  async function checkServices(services: string[] | undefined): Promise<string[]> {
+    if (!services?.length) return [];
+    let known: string[];
+    try {
+      known = await platform.services();
+    } catch (err) {
+      throw unavailable(`cannot read the platform's services: ${(err as Error).message}`);
+    }
+    const unknown = services.filter((s) => !known.includes(s));
+    if (unknown.length) {
+      throw badRequest(`unknown service${unknown.length > 1 ? 's' : ''}: ${unknown.join(', ')} (the platform has: ${known.join(', ') || 'none'})`);
+    }
+    return [...new Set(services)];
+  }
+
+  app.post(
+    '/api/deployment/jobs',
+    {
+      config: { access: 'operator' },
+      schema: {
+        tags: ['deployment'],
+        summary: 'Request a platform action; answered 202 with the jobId to follow',
+        body: z.object({
+          action: z.enum(JOB_ACTIONS),
+          services: z.array(z.string().regex(SERVICE_NAME, 'must be a compose service name')).max(50).optional(),
+        }),
+        response: { 202: accepted },
+      },
+    },
+    async (req, reply) => {
+      const { action } = req.body;
+      if (req.body.services?.length && !TAKES_SERVICES.includes(action)) throw badRequest(`services: ${action} acts on the whole platform and takes no services`);
+      const services = await checkServices(req.body.services);
+      const jobId = await createJob(db, { kind: action, params: services.length ? { services } : {}, actor: req.actor() });
+      return reply.status(202).send({ jobId, kind: action, status: 'queued' as const });
+    },
+  );
+
+  app.post(
+    '/api/deployment/jobs/:jobId/cancel',
+    {
+      config: { access: 'operator' },
+      schema: {
+        tags: ['deployment'],
+        summary: 'Cancel a queued or running job (a cancel-job request; the cancelled job ends failed)',
+        params: jobIdParams,
+        response: { 202: accepted.extend({ targetJobId: z.string() }) },
+      },
+    },
+    async (req, reply) => {
+      const target = await getJob(db, req.params.jobId);
+      if (!target) throw notFound(`no job ${req.params.jobId}`);
+      if (target.kind === 'cancel-job') throw badRequest('a cancel-job request cannot itself be cancelled');
+      const actor = req.actor();
+      const jobId = await db.transaction().execute(async (tx) => {
+        if (!(await requestCancel(tx, target.jobId, actor.id))) {
+          const now = await getJob(tx, target.jobId);
+          throw conflict(now?.cancelRequestedBy ? `job ${target.jobId} is already being cancelled by ${now.cancelRequestedBy}` : `job ${target.jobId} has already ended (${now?.phase})`);
+        }
+        return createJob(tx, { kind: 'cancel-job', params: { targetJobId: target.jobId }, actor });
+      });
+      return reply.status(202).send({ jobId, kind: 'cancel-job', status: 'queued' as const, targetJobId: target.jobId });
+    },
+  );
+
+  app.get(
+    '/api/deployment/jobs',
+    {
+      schema: {
+        tags: ['deployment'],
+        summary: 'Recent jobs, newest first',
+        querystring: z.object({ limit: z.coerce.number().int().min(1).max(ACTIONS_LIMIT.max).default(ACTIONS_LIMIT.default) }),
+        response: { 200: z.array(jobSchema) },
+      },
+    },
+    async (req) => (await listJobs(db, { limit: req.query.limit })).map(viewJob),
+  );
+
+  app.get(
+    '/api/deployment/jobs/:jobId',
+    { schema: { tags: ['deployment'], summary: 'One job and its status', params: jobIdParams, response: { 200: jobSchema } } },
+    async (req) => {
+      const job = await getJob(db, req.params.jobId);
+      if (!job) throw notFound(`no job ${req.params.jobId}`);
+      return viewJob(job);
+    },
+  );
+
+  app.get(
+    '/api/deployment/jobs/:jobId/logs',
+    {
+      sse: 'only',
+      schema: {
+        tags: ['deployment'],
+        summary: "SSE stream of a job's events: replays from the start, after `after=<seq>` or after Last-Event-ID, then follows live; ends after `finished`",
+        params: jobIdParams,
+        querystring: z.object({ after: z.string().optional() }),
+      },
+    },
+    async (req, reply) => {
+      const jobId = req.params.jobId;
+      const after = parseSeq(req.query.after, 'after');
+      const lastId = parseSeq(req.headers['last-event-id'] as string | undefined, 'Last-Event-ID');
+      if (!(await getJob(db, jobId))) throw notFound(`no job ${jobId}`);
+      let cursor = Math.max(after ?? 0, lastId ?? 0);
+
+      const live: JobEventRecord[] = [];
+      let wake: (() => void) | null = null;
+      let closed = false;
+      const unsubscribe = events.subscribe(jobId, (e) => {
+        live.push(e);
+        wake?.();
+      });
+      reply.sse.onClose(() => {
+        closed = true;
+        wake?.();
+      });
+      const message = (e: JobEventRecord) => ({
+        id: String(e.seq),
+        event: e.type,
+        data: { seq: e.seq, type: e.type, at: e.at.toISOString(), ...e.payload },
+      });
+
+      async function* stream() {
+        try {
+          // Replay what is stored, page by page; live events that arrive meanwhile wait in `live`.
+          for (;;) {
+            const page = await events.read(jobId, cursor);
+            if (!page.length) break;
+            for (const e of page) {
+              cursor = e.seq;
+              yield message(e);
+              if (e.type === 'finished') return;
+            }
+          }
+          while (!closed) {
+            const e = live.shift();
+            if (!e) {
+              await new Promise<void>((r) => (wake = r));
+              wake = null;
+              continue;
+            }
+            if (e.seq <= cursor) continue; // already replayed
+            if (e.seq > cursor + 1) {
+              // Never skip: fetch what lies between from the store.
+              for (const missed of await events.read(jobId, cursor, e.seq - cursor - 1)) {
+                cursor = missed.seq;
+                yield message(missed);
+              }
+            }
+            cursor = e.seq;
+            yield message(e);
+            if (e.type === 'finished') return;
+          }
+        } finally {
+          unsubscribe();
+        }
+      }
+      await reply.sse.send(stream());
+    },
+  );
+
+  app.get(
+    '/api/deployment/actions',
+    {
+      schema: {
+        tags: ['deployment'],
+        summary: `The audit trail, newest first (limit default ${ACTIONS_LIMIT.default}, at most ${ACTIONS_LIMIT.max})`,
+        querystring: z.object({
+          limit: z.coerce
+            .number({ error: 'must be an integer' })
+            .int('must be an integer')
+            .min(1, 'must be at least 1')
+            .max(ACTIONS_LIMIT.max, `must be at most ${ACTIONS_LIMIT.max}`)
+            .default(ACTIONS_LIMIT.default),
+        }),
+        response: {
+          200: z.array(
+            z.object({
+              id: z.string(), kind: z.string(), status: z.string(), exitCode: z.number().nullable(), actor: z.string(),
+              actorEmail: z.string().nullable(), detail: z.string().nullable(), targetDigest: z.string().nullable(),
+              schemaMigration: z.string().nullable(), jobId: z.string().nullable(), createdAt: z.string(), finishedAt: z.string().nullable(),
+            }),
+          ),
+        },
+      },
+    },
+    async (req) =>
+      (await listActions(db, req.query.limit)).map((a) => ({
+        id: String(a.id), kind: a.kind, status: a.status, exitCode: a.exit_code, actor: a.actor, actorEmail: a.actor_email,
+        detail: a.detail, targetDigest: a.target_digest, schemaMigration: a.schema_migration, jobId: a.job_id,
+        createdAt: new Date(a.created_at).toISOString(), finishedAt: iso(a.finished_at ? new Date(a.finished_at) : null),
+      })),
+  );
+
+  app.get(
+    '/api/deployment/status',
+    {
+      schema: {
+        tags: ['deployment'],
+        summary: "The platform's containers, running and queued jobs, and the last action of each kind",
+        response: {
+          200: z.object({
+            project: z.string(),
+            containers: z.array(z.object({ name: z.string(), service: z.string(), state: z.string(), health: z.string().nullable(), image: z.string(), digest: z.string().nullable(), since: z.string().nullable() })),
+            engineError: z.string().optional(),
+            running: z.array(jobSchema),
+            queued: z.array(jobSchema),
+            lastActions: z.record(z.string(), z.object({ status: z.string(), actor: z.string(), at: z.string(), exitCode: z.number().nullable(), detail: z.string().nullable() })),
+          }),
+        },
+      },
+    },
+    async () => {
+      let containers: Awaited<ReturnType<typeof platform.containers>> = [];
+      let engineError: string | undefined;
+      try {
+        containers = await platform.containers();
+      } catch (err) {
+        engineError = `the Docker engine did not answer: ${(err as Error).message}`;
+      }
+      const active = await listJobs(db, { limit: 200, phases: ['queued', 'running'] });
+      const last = await db
+        .selectFrom('deployment_actions')
+        .distinctOn('kind')
+        .select(['kind', 'status', 'actor', 'created_at', 'exit_code', 'detail'])
+        .orderBy('kind')
+        .orderBy('created_at', 'desc')
+        .orderBy('id', 'desc')
+        .execute();
+      return {
+        project: platform.project,
+        containers,
+        ...(engineError ? { engineError } : {}),
+        running: active.filter((j) => j.phase === 'running').map(viewJob),
+        queued: active.filter((j) => j.phase === 'queued').reverse().map(viewJob),
+        lastActions: Object.fromEntries(
+          last.map((a) => [a.kind as ActionKind, { status: a.status, actor: a.actor, at: new Date(a.created_at).toISOString(), exitCode: a.exit_code, detail: a.detail }]),
+        ),
+      };
+    },
+  );
+
+  const configEntry = z.object({ key: z.string(), value: z.string().nullable(), secret: z.boolean(), pending: z.boolean() });
+  app.get(
+    '/api/deployment/config',
+    {
+      schema: {
+        tags: ['deployment'],
+        summary: "The platform's .env with secret-looking values masked, and changes waiting for apply-config",
+        response: { 200: z.object({ entries: z.array(configEntry) }) },
+      },
+    },
+    async () => {
+      const current = await platform.readEnv().catch((err: Error) => {
+        throw unavailable(`cannot read the platform .env: ${err.message}`);
+      });
+      const pending = await pendingConfigChanges(db, app.deps.sealer);
+      const byKey = new Map<string, z.infer<typeof configEntry>>();
+      const show = (key: string, value: string | null) => (value !== null && SECRET_KEY.test(key) ? MASK : value);
+      for (const e of current) byKey.set(e.key, { key: e.key, value: show(e.key, e.value), secret: SECRET_KEY.test(e.key), pending: false });
+      for (const c of pending) byKey.set(c.key, { key: c.key, value: show(c.key, c.value), secret: SECRET_KEY.test(c.key), pending: true });
+      return { entries: [...byKey.values()] };
+    },
+  );
+
+  app.put(
+    '/api/deployment/config',
+    {
+      config: { access: 'operator' },
+      schema: {
+        tags: ['deployment'],
+        summary: 'Change .env keys (stored encrypted as desired state); apply-config writes them and recreates the services',
+        body: z
+          .object({
+            set: z
+              .record(
+                z.string().regex(ENV_KEY, 'keys must be letters, digits and _ and not start with a digit'),
+                z.string().max(4096, 'must be at most 4096 characters').refine((v) => !/[\r\n\0]/.test(v), 'must not contain a newline or NUL'),
+              )
+              .default({}),
+            unset: z.array(z.string().regex(ENV_KEY, 'keys must be letters, digits and _ and not start with a digit')).max(200).default([]),
+          })
+          .refine((b) => Object.keys(b.set).length + b.unset.length > 0, 'name at least one key to set or unset')
+          .refine((b) => Object.keys(b.set).length <= 200, 'at most 200 keys at once')
+          .refine((b) => !b.unset.some((k) => k in b.set), 'a key cannot be both set and unset'),
+        response: { 202: z.object({ pending: z.array(z.string()) }) },
+      },
+    },
+    async (req, reply) => {
+      const actor = req.actor();
+      await putConfigChanges(db, app.deps.sealer, req.body.set, req.body.unset, actor.id);
+      const pending = (await pendingConfigChanges(db, app.deps.sealer)).map((c) => c.key);
+      req.log.info({ keys: [...Object.keys(req.body.set), ...req.body.unset], actor: actor.id }, 'platform configuration change requested');
+      return reply.status(202).send({ pending });
+    },
+  );
+};

@@ -1,0 +1,223 @@
+// Jobs: the request row (desired state, written by the API) and the status row (observed state,
+// written by the jobs controller). A request is claimed with FOR UPDATE SKIP LOCKED, so one job is
+// never run twice at once, whatever number of controllers wake.
+import { randomUUID } from 'node:crypto';
+import { sql, type Kysely, type Transaction } from 'kysely';
+import type { ActionKind, Condition, DB, JobPhase } from '../db/schema.ts';
+import type { Actor } from '../auth/actor.ts';
+
+type Conn = Kysely<DB> | Transaction<DB>;
+
+export const JOBS_CHANNEL = 'deployment_jobs';
+
+export interface JobParams {
+  services?: string[];
+  /** cancel-job: the job to cancel. */
+  targetJobId?: string;
+  [k: string]: unknown;
+}
+
+export interface JobView {
+  jobId: string;
+  kind: ActionKind;
+  params: JobParams;
+  actor: string;
+  actorEmail: string | null;
+  phase: JobPhase;
+  state: string | null;
+  detail: string | null;
+  exitCode: number | null;
+  createdAt: Date;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+  hungDeadline: Date | null;
+  cancelRequestedBy: string | null;
+  conditions: Condition[];
+}
+
+/** Inserts a job request with its queued status and wakes the controllers, in one transaction. */
+export async function createJob(db: Conn, input: { kind: ActionKind; params: JobParams; actor: Actor }): Promise<string> {
+  const jobId = randomUUID();
+  const write = async (tx: Transaction<DB>) => {
+    await tx
+      .insertInto('deployment_jobs')
+      .values({
+        job_id: jobId,
+        kind: input.kind,
+        params: JSON.stringify(input.params),
+        actor: input.actor.id,
+        actor_email: input.actor.email ?? null,
+        cancel_requested_by: null,
+        cancel_requested_at: null,
+      })
+      .execute();
+    await tx
+      .insertInto('deployment_job_status')
+      .values({
+        job_id: jobId, phase: 'queued', conditions: '[]', snapshot: null, chart_version: null, claimed_by: null,
+        started_at: null, finished_at: null, exit_code: null, detail: null, last_output_at: null, hung_deadline: null, runner_pid: null,
+      })
+      .execute();
+    await sql`select pg_notify(${JOBS_CHANNEL}, ${jobId})`.execute(tx);
+  };
+  if (db.isTransaction) await write(db as Transaction<DB>);
+  else await (db as Kysely<DB>).transaction().execute(write);
+  return jobId;
+}
+
+const jobColumns = [
+  'j.job_id', 'j.kind', 'j.params', 'j.actor', 'j.actor_email', 'j.created_at', 'j.cancel_requested_by',
+  's.phase', 's.detail', 's.exit_code', 's.started_at', 's.finished_at', 's.hung_deadline', 's.conditions', 's.snapshot',
+] as const;
+
+type JobRow = {
+  job_id: string; kind: ActionKind; params: unknown; actor: string; actor_email: string | null; created_at: Date;
+  cancel_requested_by: string | null; phase: JobPhase; detail: string | null; exit_code: number | null;
+  started_at: Date | null; finished_at: Date | null; hung_deadline: Date | null; conditions: unknown; snapshot: unknown;
+};
+
+function toView(r: JobRow): JobView {
+  const snap = r.snapshot as { value?: unknown } | null;
+  const value = snap?.value;
+  return {
+    jobId: r.job_id,
+    kind: r.kind,
+    params: (r.params ?? {}) as JobParams,
+    actor: r.actor,
+    actorEmail: r.actor_email,
+    phase: r.phase,
+    state: value === undefined ? null : typeof value === 'string' ? value : JSON.stringify(value),
+    detail: r.detail,
+    exitCode: r.exit_code,
+    createdAt: new Date(r.created_at),
+    startedAt: r.started_at ? new Date(r.started_at) : null,
+    finishedAt: r.finished_at ? new Date(r.finished_at) : null,
+    hungDeadline: r.hung_deadline ? new Date(r.hung_deadline) : null,
+    cancelRequestedBy: r.cancel_requested_by,
+    conditions: (r.conditions ?? []) as Condition[],
+  };
+}
+
+export async function getJob(db: Conn, jobId: string): Promise<JobView | undefined> {
+  const r = await db
+    .selectFrom('deployment_jobs as j')
+    .innerJoin('deployment_job_status as s', 's.job_id', 'j.job_id')
+    .select(jobColumns)
+    .where('j.job_id', '=', jobId)
+    .executeTakeFirst();
+  return r ? toView(r as JobRow) : undefined;
+}
+
+export async function listJobs(db: Conn, opts: { limit: number; phases?: JobPhase[] }): Promise<JobView[]> {
+  let q = db
+    .selectFrom('deployment_jobs as j')
+    .innerJoin('deployment_job_status as s', 's.job_id', 'j.job_id')
+    .select(jobColumns)
+    .orderBy('j.created_at', 'desc')
+    .limit(opts.limit);
+  if (opts.phases?.length) q = q.where('s.phase', 'in', opts.phases);
+  return (await q.execute()).map((r) => toView(r as JobRow));
+}
+
+/**
+ * Claims the oldest queued job of the given kinds for this worker: its status becomes running.
+ * Returns undefined when there is none (or all are claimed by others).
+ */
+export async function claimNextJob(db: Kysely<DB>, worker: string, kinds: { only?: ActionKind[]; except?: ActionKind[] }): Promise<JobView | undefined> {
+  const jobId = await db.transaction().execute(async (tx) => {
+    let q = tx
+      .selectFrom('deployment_job_status as s')
+      .innerJoin('deployment_jobs as j', 'j.job_id', 's.job_id')
+      .select('s.job_id')
+      .where('s.phase', '=', 'queued')
+      .orderBy('j.created_at')
+      .limit(1)
+      .forUpdate('s')
+      .skipLocked();
+    if (kinds.only) q = q.where('j.kind', 'in', kinds.only);
+    if (kinds.except) q = q.where('j.kind', 'not in', kinds.except);
+    const row = await q.executeTakeFirst();
+    if (!row) return undefined;
+    await tx
+      .updateTable('deployment_job_status')
+      .set({ phase: 'running', claimed_by: worker, started_at: new Date(), updated_at: new Date() })
+      .where('job_id', '=', row.job_id)
+      .execute();
+    return row.job_id;
+  });
+  return jobId ? getJob(db, jobId) : undefined;
+}
+
+export interface StatusPatch {
+  snapshot?: unknown;
+  chartVersion?: string;
+  detail?: string | null;
+  exitCode?: number | null;
+  lastOutputAt?: Date;
+  hungDeadline?: Date | null;
+  runnerPid?: number | null;
+  conditions?: Condition[];
+}
+
+export async function updateJobStatus(db: Conn, jobId: string, patch: StatusPatch): Promise<void> {
+  await db
+    .updateTable('deployment_job_status')
+    .set({
+      ...(patch.snapshot !== undefined ? { snapshot: JSON.stringify(patch.snapshot) } : {}),
+      ...(patch.chartVersion !== undefined ? { chart_version: patch.chartVersion } : {}),
+      ...(patch.detail !== undefined ? { detail: patch.detail } : {}),
+      ...(patch.exitCode !== undefined ? { exit_code: patch.exitCode } : {}),
+      ...(patch.lastOutputAt !== undefined ? { last_output_at: patch.lastOutputAt } : {}),
+      ...(patch.hungDeadline !== undefined ? { hung_deadline: patch.hungDeadline } : {}),
+      ...(patch.runnerPid !== undefined ? { runner_pid: patch.runnerPid } : {}),
+      ...(patch.conditions !== undefined ? { conditions: JSON.stringify(patch.conditions) } : {}),
+      updated_at: new Date(),
+    })
+    .where('job_id', '=', jobId)
+    .execute();
+}
+
+/** Ends a job: phase completed or failed, with its detail and exit code. Only a running or queued job ends. */
+export async function finishJob(db: Conn, jobId: string, outcome: { phase: 'completed' | 'failed'; detail: string | null; exitCode: number | null }): Promise<boolean> {
+  const res = await db
+    .updateTable('deployment_job_status')
+    .set({ phase: outcome.phase, detail: outcome.detail, exit_code: outcome.exitCode, finished_at: new Date(), updated_at: new Date(), runner_pid: null })
+    .where('job_id', '=', jobId)
+    .where('phase', 'in', ['queued', 'running'])
+    .executeTakeFirst();
+  return Number(res.numUpdatedRows) > 0;
+}
+
+/** Records who asked to cancel a job; false when the job has already ended. */
+export async function requestCancel(db: Conn, jobId: string, by: string): Promise<boolean> {
+  const res = await db
+    .updateTable('deployment_jobs')
+    .set({ cancel_requested_by: by, cancel_requested_at: new Date() })
+    .where('job_id', '=', jobId)
+    .where('cancel_requested_at', 'is', null)
+    .where(({ exists, selectFrom }) =>
+      exists(selectFrom('deployment_job_status').select('job_id').whereRef('deployment_job_status.job_id', '=', 'deployment_jobs.job_id').where('phase', 'in', ['queued', 'running'])),
+    )
+    .executeTakeFirst();
+  return Number(res.numUpdatedRows) > 0;
+}
+
+/** Jobs left running by a process that is gone (a backend restart), with the runner's pid. */
+export async function runningJobs(db: Conn): Promise<{ jobId: string; kind: ActionKind; runnerPid: number | null }[]> {
+  const rows = await db
+    .selectFrom('deployment_job_status as s')
+    .innerJoin('deployment_jobs as j', 'j.job_id', 's.job_id')
+    .select(['s.job_id', 'j.kind', 's.runner_pid'])
+    .where('s.phase', '=', 'running')
+    .execute();
+  return rows.map((r) => ({ jobId: r.job_id, kind: r.kind, runnerPid: r.runner_pid }));
+}
+
+export async function countActiveJobs(db: Conn): Promise<number> {
+  const r = await db
+    .selectFrom('deployment_job_status')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('phase', 'in', ['queued', 'running'])
+    .executeTakeFirstOrThrow();
+  return Number(r.n);
+}

@@ -1,0 +1,86 @@
+// The composition root: builds the adapters, the job event log and the controllers from booted
+// settings, and the dependencies the API receives. main.ts and the tests wire through here alike.
+import { hostname } from 'node:os';
+import type Docker from 'dockerode';
+import type { Logger } from 'pino';
+import type { Settings } from './config.ts';
+import type { Database } from './db/database.ts';
+import type { InstallerSecrets } from './adapters/secrets.ts';
+import { connectEngine, EngineRuntime, projectContainers, pruneDanglingImages } from './adapters/docker-engine.ts';
+import { PlatformFiles } from './adapters/platform-files.ts';
+import { JobEventLog, pruneJobEvents } from './state/job-events.ts';
+import { Sealer } from './state/platform-config.ts';
+import { secretScrubber } from './logger.ts';
+import { JobsController } from '../controllers/jobs.controller.ts';
+import type { AppDeps } from './api/app.ts';
+import type { PlatformPort, RuntimePort } from './api/ports.ts';
+
+export interface Wired {
+  deps: AppDeps;
+  docker: Docker;
+  jobs: JobsController;
+  events: JobEventLog;
+  platformFiles: PlatformFiles;
+  /** Starts the controllers (after retention pruning); call once the database is migrated. */
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export function secretValues(secrets: InstallerSecrets): string[] {
+  return [secrets.jwtSecret, secrets.encryptionKey, secrets.serviceToken, secrets.databasePassword ?? ''];
+}
+
+export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger: Logger; database: Database }, opts: { runtime?: RuntimePort } = {}): Wired {
+  const { settings, secrets, logger, database } = b;
+  const docker = connectEngine(settings.DOCKER_SOCKET);
+  const platformFiles = new PlatformFiles(settings.PLATFORM_DIR, settings.PLATFORM_PROJECT);
+  const scrub = secretScrubber(secretValues(secrets));
+  const events = new JobEventLog(database.db, { scrub, memoryRetentionMs: settings.JOB_MEMORY_RETENTION_MINUTES * 60_000 });
+  const sealer = new Sealer(secrets.encryptionKey);
+  const jobs = new JobsController({
+    db: database.db,
+    listen: (c, n) => database.listen(c, n),
+    events,
+    logger: logger.child({ controller: 'jobs' }),
+    platform: platformFiles,
+    sealer,
+    pruneImages: () => pruneDanglingImages(docker),
+    hungMinutes: settings.HUNG_JOB_MINUTES,
+    templatesUrl: settings.PLATFORM_TEMPLATES_URL,
+    workerId: `${hostname()}:${process.pid}`,
+  });
+  const platform: PlatformPort = {
+    project: settings.PLATFORM_PROJECT,
+    services: () => platformFiles.services(),
+    containers: () => projectContainers(docker, settings.PLATFORM_PROJECT),
+    readEnv: () => platformFiles.readEnv(),
+  };
+  const deps: AppDeps = {
+    settings,
+    database,
+    logger,
+    jwtSecret: secrets.jwtSecret,
+    serviceToken: () => secrets.serviceToken,
+    runtime: opts.runtime ?? new EngineRuntime(docker, `${settings.INSTALLER_REGISTRY}/${settings.INSTALLER_IMAGE_NAME}`),
+    platform,
+    events,
+    sealer,
+    jobs,
+  };
+  return {
+    deps,
+    docker,
+    jobs,
+    events,
+    platformFiles,
+    async start() {
+      const cutoff = new Date(Date.now() - settings.JOB_EVENT_RETENTION_DAYS * 86_400_000);
+      const pruned = await pruneJobEvents(database.db, cutoff);
+      if (pruned) logger.info({ pruned, olderThan: cutoff.toISOString() }, 'pruned old job events');
+      await jobs.start();
+    },
+    async stop() {
+      await jobs.stop();
+    },
+  };
+}
