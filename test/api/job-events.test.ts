@@ -1,0 +1,58 @@
+// Job event retention: in memory for 60 minutes after a job ends, then served from the database;
+// rows older than 30 days are pruned when the backend starts.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { JobEventLog } from '../../src/state/job-events.ts';
+import { createJob } from '../../src/state/jobs.ts';
+
+let t: TestApp;
+beforeAll(async () => {
+  t = await startTestApp();
+});
+afterAll(async () => t?.close());
+
+describe('job event retention', () => {
+  it('drops a finished job from memory after the retention, and reads it back from the database', async () => {
+    let now = Date.parse('2026-11-22T10:00:00Z');
+    const log = new JobEventLog(t.db.database.db, { memoryRetentionMs: 60 * 60_000, now: () => now });
+    const jobId = await createJob(t.db.database.db, { kind: 'stop', params: {}, actor: { id: 'operator' } });
+    await log.open(jobId);
+    for (let i = 0; i < 5; i++) void log.append(jobId, 'output', { line: `l${i}` });
+    await log.append(jobId, 'finished', { outcome: 'completed' });
+    const fromMemory = await log.read(jobId, 0);
+    now += 59 * 60_000;
+    expect(log.sweep()).toBe(0);
+    expect(log.inMemory(jobId)).toBe(true);
+    now += 60_000;
+    expect(log.sweep()).toBe(1);
+    expect(log.inMemory(jobId)).toBe(false);
+    const fromDb = await log.read(jobId, 0);
+    expect(fromDb.map((e) => [e.seq, e.type, e.payload])).toEqual(fromMemory.map((e) => [e.seq, e.type, e.payload]));
+    expect(fromDb).toHaveLength(6);
+  });
+
+  it('scrubs the installer secrets from every string of a payload', async () => {
+    const log = new JobEventLog(t.db.database.db, { memoryRetentionMs: 1, scrub: (s) => s.replaceAll('hunter2-secret', '[REDACTED]') });
+    const jobId = await createJob(t.db.database.db, { kind: 'stop', params: {}, actor: { id: 'operator' } });
+    await log.open(jobId);
+    await log.append(jobId, 'output', { line: 'password=hunter2-secret', nested: { list: ['x hunter2-secret y'] } });
+    const rows = await t.db.database.db.selectFrom('deployment_job_events').select('payload').where('job_id', '=', jobId).execute();
+    expect(JSON.stringify(rows)).not.toContain('hunter2-secret');
+    expect(rows[0]!.payload).toEqual({ line: 'password=[REDACTED]', nested: { list: ['x [REDACTED] y'] } });
+  });
+
+  it('prunes events older than 30 days on startup and keeps younger ones', async () => {
+    const jobId = await createJob(t.db.database.db, { kind: 'stop', params: {}, actor: { id: 'operator' } });
+    const day = 86_400_000;
+    await t.db.database.db
+      .insertInto('deployment_job_events')
+      .values([
+        { job_id: jobId, seq: 1, type: 'output', payload: '{}', at: new Date(Date.now() - 31 * day) },
+        { job_id: jobId, seq: 2, type: 'output', payload: '{}', at: new Date(Date.now() - 29 * day) },
+      ])
+      .execute();
+    await t.wired.start();
+    const left = await t.db.database.db.selectFrom('deployment_job_events').select('seq').where('job_id', '=', jobId).execute();
+    expect(left.map((r) => r.seq)).toEqual([2]);
+  });
+});
