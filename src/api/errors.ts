@@ -15,14 +15,24 @@ export function errorBody(statusCode: number, message: string, code = codeForSta
   return { statusCode, error: STATUS_CODES[statusCode] ?? 'Error', message, code };
 }
 
+/** One entry of fastify-type-provider-zod's validation list: a zod issue, flattened. */
+interface ValidationEntry {
+  keyword?: string;
+  instancePath?: string;
+  message?: string;
+  params?: { issues?: { message?: string }[] };
+}
+
 function describeZodIssues(err: FastifyError): string {
   const where = err.validationContext ?? 'request';
-  const issues = (err.validation ?? []) as unknown as { instancePath?: string; message?: string; params?: { issue?: { path?: PropertyKey[]; message?: string } } }[];
-  return issues
+  const entries = (err.validation ?? []) as unknown as ValidationEntry[];
+  return entries
     .slice(0, 5)
     .map((v) => {
-      const p = v.params?.issue?.path?.map(String).join('.') ?? v.instancePath?.replace(/^\//, '').replaceAll('/', '.') ?? '';
-      return `${where}${p ? `.${p}` : ''}: ${v.params?.issue?.message ?? v.message ?? 'invalid'}`;
+      const p = (v.instancePath ?? '').replace(/^\//, '').replaceAll('/', '.');
+      // A bad record key carries its reason one level down.
+      const nested = v.keyword === 'invalid_key' ? v.params?.issues?.[0]?.message : undefined;
+      return `${where}${p ? `.${p}` : ''}: ${nested ? `key ${nested}` : (v.message ?? 'invalid')}`;
     })
     .join('; ');
 }

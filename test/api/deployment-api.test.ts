@@ -1,0 +1,105 @@
+// Request validation of the deployment API: bad input is a 4xx that names the problem, and
+// nothing is queued or stored for it.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+
+let t: TestApp;
+let dir: string;
+beforeAll(async () => {
+  dir = mkdtempSync(path.join(tmpdir(), 'platform-api-'));
+  writeFileSync(path.join(dir, 'docker-compose.yml'), 'services:\n  web:\n    image: installer-rig/busybox:latest\n  worker:\n    image: installer-rig/busybox:latest\n');
+  writeFileSync(path.join(dir, '.env'), '# platform\nDB_PASSWORD=hunter2\nOWNER=alice\n');
+  t = await startTestApp({ env: { PLATFORM_DIR: dir } });
+});
+afterAll(async () => t?.close());
+
+const as = async (role: 'viewer' | 'operator' | 'admin') => ({ authorization: `Bearer ${await t.token(role)}` });
+const jobsQueued = async () => Number((await t.db.database.db.selectFrom('deployment_jobs').select((eb) => eb.fn.countAll<string>().as('n')).executeTakeFirstOrThrow()).n);
+
+describe('POST /api/deployment/jobs', () => {
+  it('rejects unknown actions, hostile service names, services on deploy, and oversized lists', async () => {
+    const h = await as('operator');
+    const cases: [unknown, string][] = [
+      [{ action: 'rm -rf /' }, 'body.action'],
+      [{ action: 'restart', services: ['web; rm -rf /'] }, 'body.services.0: must be a compose service name'],
+      [{ action: 'restart', services: ['$(reboot)'] }, 'body.services.0'],
+      [{ action: 'restart', services: ['../../etc'] }, 'body.services.0'],
+      [{ action: 'deploy', services: ['web'] }, 'services: deploy acts on the whole platform'],
+      [{ action: 'restart', services: Array.from({ length: 51 }, (_, i) => `s${i}`) }, 'body.services'],
+      [{ action: 'restart', services: ['web', 'ghost'] }, 'unknown service: ghost (the platform has: web, worker)'],
+      [{}, 'body.action'],
+    ];
+    for (const [payload, message] of cases) {
+      const res = await t.app.inject({ method: 'POST', url: '/api/deployment/jobs', headers: h, payload: payload as object });
+      expect(res.statusCode, JSON.stringify(payload)).toBe(400);
+      expect(res.json().message).toContain(message);
+    }
+    expect(await jobsQueued()).toBe(0);
+  });
+
+  it('queues a valid request with the acting user, de-duplicating services', async () => {
+    const res = await t.app.inject({ method: 'POST', url: '/api/deployment/jobs', headers: await as('operator'), payload: { action: 'restart', services: ['web', 'web'] } });
+    expect(res.statusCode).toBe(202);
+    const job = await t.app.inject({ method: 'GET', url: `/api/deployment/jobs/${res.json().jobId}`, headers: await as('viewer') });
+    expect(job.json()).toMatchObject({ kind: 'restart', services: ['web'], actor: 'operator', phase: 'queued' });
+  });
+
+  it('attributes a service-token request to the forwarded user', async () => {
+    const res = await t.app.inject({
+      method: 'POST', url: '/api/deployment/jobs',
+      headers: { authorization: `Bearer ${t.wired.deps.serviceToken()}`, 'x-actor-user-id': 'user-77', 'x-actor-email': 'u77@example.com' },
+      payload: { action: 'pull' },
+    });
+    expect(res.statusCode).toBe(202);
+    const row = await t.db.database.db.selectFrom('deployment_jobs').selectAll().where('job_id', '=', res.json().jobId).executeTakeFirstOrThrow();
+    expect([row.actor, row.actor_email]).toEqual(['user-77', 'u77@example.com']);
+  });
+});
+
+describe('platform configuration', () => {
+  it('masks secret-looking values', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/api/deployment/config', headers: await as('viewer') });
+    expect(res.json().entries).toEqual([
+      { key: 'DB_PASSWORD', value: '********', secret: true, pending: false },
+      { key: 'OWNER', value: 'alice', secret: false, pending: false },
+    ]);
+    expect(res.body).not.toContain('hunter2');
+  });
+
+  it('rejects newlines, bad keys, empty and contradictory changes; viewers may not change it', async () => {
+    const h = await as('operator');
+    const cases: [unknown, string][] = [
+      [{ set: { OWNER: 'a\nEVIL=1' } }, 'must not contain a newline'],
+      [{ set: { '1BAD': 'x' } }, 'keys must be letters'],
+      [{ set: { 'A-B': 'x' } }, 'keys must be letters'],
+      [{ unset: ['X;rm'] }, 'keys must be letters'],
+      [{}, 'name at least one key'],
+      [{ set: { A: '1' }, unset: ['A'] }, 'both set and unset'],
+      [{ set: { A: 'x'.repeat(4097) } }, 'at most 4096'],
+    ];
+    for (const [payload, message] of cases) {
+      const res = await t.app.inject({ method: 'PUT', url: '/api/deployment/config', headers: h, payload: payload as object });
+      expect(res.statusCode, JSON.stringify(payload).slice(0, 80)).toBe(400);
+      expect(res.json().message).toContain(message);
+    }
+    expect((await t.app.inject({ method: 'PUT', url: '/api/deployment/config', headers: await as('viewer'), payload: { set: { A: '1' } } })).statusCode).toBe(403);
+    expect(await t.db.database.db.selectFrom('platform_config_changes').selectAll().execute()).toEqual([]);
+  });
+});
+
+describe('cancel', () => {
+  it('404 for an unknown job, 400 for a malformed id, 409 for a job that has ended', async () => {
+    const h = await as('operator');
+    expect((await t.app.inject({ method: 'POST', url: '/api/deployment/jobs/00000000-0000-4000-8000-000000000000/cancel', headers: h })).statusCode).toBe(404);
+    expect((await t.app.inject({ method: 'POST', url: '/api/deployment/jobs/123/cancel', headers: h })).statusCode).toBe(400);
+    const created = await t.app.inject({ method: 'POST', url: '/api/deployment/jobs', headers: h, payload: { action: 'stop' } });
+    const jobId = created.json().jobId as string;
+    await t.db.database.db.updateTable('deployment_job_status').set({ phase: 'completed', finished_at: new Date() }).where('job_id', '=', jobId).execute();
+    const res = await t.app.inject({ method: 'POST', url: `/api/deployment/jobs/${jobId}/cancel`, headers: h });
+    expect(res.statusCode).toBe(409);
+    expect(res.json().message).toContain('has already ended (completed)');
+  });
+});
