@@ -78,4 +78,26 @@ describe('job stream with a reconnecting client', () => {
     const r = await session(`${base}/api/deployment/jobs/${jobId}/logs`, await t.token('viewer'), 20, 10_000);
     expect(r.seqs).toEqual(Array.from({ length: 30 }, (_, i) => i + 21));
   });
+
+  it('sends a heartbeat comment every 15 seconds while a job is quiet', async () => {
+    const jobId = await createJob(t.db.database.db, { kind: 'restart', params: {}, actor: { id: 'operator' } });
+    const token = await t.token('viewer');
+    const started = Date.now();
+    const res = await fetch(`${base}/api/deployment/jobs/${jobId}/logs`, { headers: { authorization: `Bearer ${token}`, accept: 'text/event-stream' } });
+    // Connected at once, before any event or heartbeat.
+    expect(Date.now() - started).toBeLessThan(2_000);
+    expect(res.headers.get('content-type')).toContain('text/event-stream');
+    const reader = res.body!.getReader();
+    let text = '';
+    while (!text.includes(': heartbeat')) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    const waited = Date.now() - started;
+    await reader.cancel();
+    expect(text).toContain(': heartbeat');
+    expect(waited).toBeGreaterThan(14_000);
+    expect(waited).toBeLessThan(17_000);
+  }, 30_000);
 });

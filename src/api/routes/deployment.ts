@@ -169,6 +169,10 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
       const after = parseSeq(req.query.after, 'after');
       const lastId = parseSeq(req.headers['last-event-id'] as string | undefined, 'Last-Event-ID');
       if (!(await getJob(db, jobId))) throw notFound(`no job ${jobId}`);
+      // Commit the stream now: the client knows it is connected, and heartbeats start even
+      // while a job is quiet (the plugin starts them with the headers).
+      reply.sse.sendHeaders();
+      reply.raw.flushHeaders();
       let cursor = Math.max(after ?? 0, lastId ?? 0);
 
       const live: JobEventRecord[] = [];
