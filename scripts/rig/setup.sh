@@ -38,6 +38,7 @@ IMG_BUSYBOX=installer-rig/busybox:latest
 IMG_POSTGRES=installer-rig/postgres:15
 IMG_NODE=installer-rig/node:24
 IMG_DOCKER_CLI=installer-rig/docker-cli:latest
+IMG_SYSTEMD_HOST=installer-rig/systemd-host:latest
 
 mkdir -p "$RIG_STATE" "$RIG_CACHE" "$RIG_LOG" "$RIG_RUN"
 # One set-up at a time (CI and a developer may both call it). The daemons started
@@ -287,6 +288,29 @@ build_docker_cli() {
   docker_build "$IMG_DOCKER_CLI" "$ctx" --network none
 }
 
+# A stand-in for the legacy host that scripts/migrate-host.sh retires: systemd as
+# PID 1 with dummy units (docs/rig.md). The image is the test fixture, so it is
+# rebuilt when a file of deploy/rig/systemd-host changes (their hash is a label of
+# the image), not only when it is missing.
+build_systemd_host() {
+  local src="$RIG_DEPLOY/systemd-host" sum ctx old
+  sum="$(cd "$src" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
+  if ((!REBUILD)) && [[ $(docker image inspect -f '{{index .Config.Labels "installer-rig.context"}}' \
+    "$IMG_SYSTEMD_HOST" 2>/dev/null) == "$sum" ]]; then
+    return 0
+  fi
+  old="$(docker image inspect -f '{{.Id}}' "$IMG_SYSTEMD_HOST" 2>/dev/null || :)"
+  make_tmp ctx
+  cp -a "$src/." "$ctx/"
+  check_libc_only /usr/bin/docker
+  cp /usr/bin/docker "$ctx/docker"
+  docker_build "$IMG_SYSTEMD_HOST" "$ctx" --network host --label "installer-rig.context=$sum"
+  # The replaced fixture image is of no further use (kept if a container still runs it).
+  if [[ -n $old && $old != "$(docker image inspect -f '{{.Id}}' "$IMG_SYSTEMD_HOST")" ]]; then
+    docker image rm "$old" >/dev/null 2>&1 || :
+  fi
+}
+
 # ---------------------------------------------------------------- main
 install_packages
 install_compose
@@ -298,6 +322,7 @@ build_busybox
 build_postgres
 build_node
 build_docker_cli
+build_systemd_host
 
 engine="$(docker version --format '{{.Server.Version}}')"
 compose="$(docker compose version --short)"
