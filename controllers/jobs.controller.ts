@@ -1,7 +1,7 @@
 // Reconciles platform job requests: wakes on NOTIFY (and a slow poll), claims queued jobs one at a
 // time, and runs each in the job chart with the real compose CLI. It alone writes job status, job
 // events and their audit rows. Cancel requests are handled at once, beside the running job.
-import { createActor, fromCallback, type EventObject, type SnapshotFrom } from 'xstate';
+import { createActor, fromCallback, type AnyStateMachine, type EventObject } from 'xstate';
 import PQueue from 'p-queue';
 import { readFileSync } from 'node:fs';
 import type { Kysely } from 'kysely';
@@ -9,6 +9,8 @@ import type { Logger } from 'pino';
 import type { DB, ActionKind } from '../src/db/schema.ts';
 import type { Database } from '../src/db/database.ts';
 import { jobMachine, phaseOf, JOB_CHART_VERSION, type JobOutcomeState, type StepInput } from '../machines/job.machine.ts';
+import { hostMigrationMachine, HOST_MIGRATION_CHART_VERSION } from '../machines/host-migration.machine.ts';
+import type { HostRunner, HostRun } from '../src/adapters/host-runner.ts';
 import { claimNextJob, finishJob, getJob, JOBS_CHANNEL, runningJobs, updateJobStatus, type JobView } from '../src/state/jobs.ts';
 import { recordFinished, recordStarted } from '../src/state/actions.ts';
 import type { JobEventLog } from '../src/state/job-events.ts';
@@ -17,8 +19,10 @@ import { getSetting } from '../src/state/settings.ts';
 import { parsePullProgress, runCompose, type ComposeRun } from '../src/adapters/compose-cli.ts';
 import type { PlatformFiles } from '../src/adapters/platform-files.ts';
 
-/** Compose kinds this controller runs; cancel-job is handled apart, other kinds by their own controllers. */
+/** Compose kinds this controller runs through the job chart. */
 export const COMPOSE_KINDS: readonly ActionKind[] = ['deploy', 'restart', 'stop', 'kill', 'pull', 'compose-up', 'apply-config'];
+/** Every kind run in the one-at-a-time queue; cancel-job is handled apart, at once. */
+export const QUEUED_KINDS: readonly ActionKind[] = [...COMPOSE_KINDS, 'migrate-host'];
 
 export interface JobsControllerDeps {
   db: Kysely<DB>;
@@ -30,6 +34,9 @@ export interface JobsControllerDeps {
   pruneImages: () => Promise<{ deleted: number; reclaimedBytes: number }>;
   hungMinutes: number;
   templatesUrl?: string | undefined;
+  /** Runs migrate-host.sh on the host; absent where the engine cannot be reached. */
+  hostRunner?: HostRunner | undefined;
+  migrateHostScriptPath: string;
   workerId: string;
   pollMs?: number;
   /** How long the event log keeps a finished job in memory; swept once a minute. */
@@ -37,8 +44,23 @@ export interface JobsControllerDeps {
 }
 
 interface Running {
-  actor: ReturnType<typeof createActor<typeof jobMachine>>;
+  actor: { send(e: { type: 'CANCEL'; by: string }): void };
   done: Promise<void>;
+}
+
+/** How a job writes what it does: output lines, warnings, phases, and the hung deadline. */
+interface JobIO {
+  line(type: 'output' | 'progress' | 'warning', payload: Record<string, unknown>, text: string): void;
+  phase(name: string, extra?: Record<string, unknown>): void;
+  touch(force?: boolean): void;
+}
+
+/** A job kind's chart, its input, and a way to wait until the processes it started are gone. */
+interface ChartPlan {
+  machine: AnyStateMachine;
+  input: unknown;
+  chartVersion: string;
+  settled(): Promise<unknown>;
 }
 
 const STEP_ARGS: Record<string, (services: string[]) => string[]> = {
@@ -120,7 +142,7 @@ export class JobsController {
   /** Runs queued compose jobs one after another until none is left. */
   private async drain(): Promise<void> {
     while (!this.stopped) {
-      const job = await claimNextJob(this.d.db, this.d.workerId, { only: [...COMPOSE_KINDS] });
+      const job = await claimNextJob(this.d.db, this.d.workerId, { only: [...QUEUED_KINDS] });
       if (!job) return;
       await this.run(job);
     }
@@ -159,34 +181,84 @@ export class JobsController {
       kind: job.kind,
       actor: { id: job.actor, email: job.actorEmail },
       jobId,
-      detail: services.length ? `services: ${services.join(', ')}` : 'all services',
+      detail: job.kind === 'migrate-host' ? `run ${this.d.migrateHostScriptPath} on the host` : services.length ? `services: ${services.join(', ')}` : 'all services',
     });
-    const { steps, needsPrepare } = stepsFor(job.kind);
-    await events.append(jobId, 'phase', { phase: 'started', kind: job.kind, services, steps });
     logger.info({ jobId, kind: job.kind, services, actor: job.actor }, `job ${jobId} started: ${job.kind}`);
 
-    let current: ComposeRun | undefined;
     let deadlineWrittenAt = 0;
     const hungMs = this.d.hungMinutes * 60_000;
-    const touch = (force = false) => {
-      const now = Date.now();
-      if (!force && now - deadlineWrittenAt < 5_000) return;
-      deadlineWrittenAt = now;
-      void updateJobStatus(db, jobId, { lastOutputAt: new Date(now), hungDeadline: new Date(now + hungMs) }).catch(() => {});
+    const io: JobIO = {
+      touch: (force = false) => {
+        const now = Date.now();
+        if (!force && now - deadlineWrittenAt < 5_000) return;
+        deadlineWrittenAt = now;
+        void updateJobStatus(db, jobId, { lastOutputAt: new Date(now), hungDeadline: new Date(now + hungMs) }).catch(() => {});
+      },
+      line: (type, payload, text) => {
+        void events.append(jobId, type, payload).catch((err) => logger.error({ err, jobId }, 'job event not stored'));
+        // Mirrored to the backend's stdout so deployment output survives a restart of the backend.
+        logger.info({ jobId }, `[job ${jobId}] ${text}`);
+      },
+      phase: (name, extra = {}) => {
+        void events.append(jobId, 'phase', { phase: name, ...extra }).catch((err) => logger.error({ err, jobId }, 'job event not stored'));
+      },
     };
-    const line = (type: 'output' | 'progress' | 'warning', payload: Record<string, unknown>, text: string) => {
-      void events.append(jobId, type, payload).catch((err) => logger.error({ err, jobId }, 'job event not stored'));
-      // Mirrored to the backend's stdout so deployment output survives a restart of the backend.
-      logger.info({ jobId }, `[job ${jobId}] ${text}`);
-    };
+    const plan = job.kind === 'migrate-host' ? this.hostMigrationPlan(io) : this.composePlan(job, io);
+    io.phase('started', { kind: job.kind, services, ...(job.kind === 'migrate-host' ? {} : { steps: stepsFor(job.kind).steps }) });
+
+    const actor = createActor(plan.machine, { input: plan.input });
+    let lastValue = '';
+    let finish!: () => void;
+    const done = new Promise<void>((resolve) => (finish = resolve));
+    actor.subscribe({
+      next: (snap) => {
+        const value = JSON.stringify(snap.value);
+        if (value === lastValue) return;
+        lastValue = value;
+        void updateJobStatus(db, jobId, { snapshot: actor.getPersistedSnapshot(), chartVersion: plan.chartVersion }).catch(() => {});
+      },
+      complete: finish,
+      error: (err) => {
+        logger.error({ err, jobId }, 'job chart failed');
+        finish();
+      },
+    });
+    this.running.set(jobId, { actor, done });
+    actor.start();
+    // A cancel that arrived before the job was claimed takes effect now.
+    const fresh = await getJob(db, jobId);
+    if (fresh?.cancelRequestedBy) actor.send({ type: 'CANCEL', by: fresh.cancelRequestedBy });
+    await done;
+
+    // Whatever ended the chart, its processes are gone before the job is reported finished.
+    await Promise.race([plan.settled(), new Promise((r) => setTimeout(r, 10_000))]);
+    const snap = actor.getSnapshot();
+    const state = (typeof snap.value === 'string' ? snap.value : 'failed') as JobOutcomeState;
+    const phase = snap.status === 'done' ? phaseOf(state) : 'failed';
+    const detail: string | null = snap.context.detail ?? (phase === 'completed' ? null : 'the job chart stopped unexpectedly');
+    const exitCode: number | null = snap.context.exitCode;
+    await finishJob(db, jobId, { phase, detail, exitCode });
+    await updateJobStatus(db, jobId, { snapshot: actor.getPersistedSnapshot(), chartVersion: plan.chartVersion });
+    await this.finishAudit(jobId, phase, exitCode, detail);
+    await events.append(jobId, 'finished', { outcome: phase, state, exitCode, detail });
+    this.running.delete(jobId);
+    logger.info({ jobId, outcome: phase, state, exitCode }, `job ${jobId} ${phase}${detail ? `: ${detail}` : ''}`);
+  }
+
+  /** Compose jobs: prepare (deploy templates, pending configuration), then the compose steps. */
+  private composePlan(job: JobView, io: JobIO): ChartPlan {
+    const { db } = this.d;
+    const services = job.params.services ?? [];
+    const { steps, needsPrepare } = stepsFor(job.kind);
+    let current: ComposeRun | undefined;
 
     const prepare = fromCallback<EventObject, Record<string, never>>(({ sendBack }) => {
       const log = (text: string) => {
         sendBack({ type: 'OUTPUT' });
-        line('output', { stream: 'stdout', line: text }, text);
+        io.line('output', { stream: 'stdout', line: text }, text);
       };
+      io.phase('prepare');
       void (async () => {
-        await events.append(jobId, 'phase', { phase: 'prepare' });
         if (job.kind === 'deploy') {
           if (!this.d.templatesUrl) throw new Error('PLATFORM_TEMPLATES_URL is not set: there is nothing to deploy from');
           const vmUser = (await getSetting<string>(db, 'vmUser')) ?? null;
@@ -211,33 +283,33 @@ export class JobsController {
     });
 
     const runStep = fromCallback<EventObject, StepInput>(({ input, sendBack }) => {
-      touch(true);
+      io.touch(true);
       if (input.step === 'prune') {
-        void events.append(jobId, 'phase', { phase: 'prune' });
+        io.phase('prune');
         this.d.pruneImages().then(
           (r) => {
-            line('output', { stream: 'stdout', line: `pruned ${r.deleted} dangling images (${r.reclaimedBytes} bytes)` }, `pruned ${r.deleted} dangling images`);
+            io.line('output', { stream: 'stdout', line: `pruned ${r.deleted} dangling images (${r.reclaimedBytes} bytes)` }, `pruned ${r.deleted} dangling images`);
             sendBack({ type: 'STEP_DONE', exitCode: 0 });
           },
           (err: Error) => {
             // A failed prune leaves the platform as it should be: warn, do not fail the job.
-            line('warning', { message: `pruning dangling images failed: ${err.message}` }, `warning: prune failed: ${err.message}`);
+            io.line('warning', { message: `pruning dangling images failed: ${err.message}` }, `warning: prune failed: ${err.message}`);
             sendBack({ type: 'STEP_DONE', exitCode: 0 });
           },
         );
         return () => {};
       }
       const args = STEP_ARGS[input.step]!(services);
-      void events.append(jobId, 'phase', { phase: input.step, command: ['docker', 'compose', ...args].join(' ') });
+      io.phase(input.step, { command: ['docker', 'compose', ...args].join(' ') });
       const run = runCompose(this.d.platform.target(), args, (stream, text) => {
         sendBack({ type: 'OUTPUT' });
-        touch();
+        io.touch();
         const progress = input.step === 'pull' ? parsePullProgress(text) : null;
-        if (progress) line('progress', { ...progress, line: text }, text);
-        else line('output', { stream, line: text }, text);
+        if (progress) io.line('progress', { ...progress, line: text }, text);
+        else io.line('output', { stream, line: text }, text);
       });
       current = run;
-      void updateJobStatus(db, jobId, { runnerPid: run.pid ?? null }).catch(() => {});
+      void updateJobStatus(db, job.jobId, { runnerPid: run.pid ?? null }).catch(() => {});
       let exited = false;
       void run.exited.then((code) => {
         exited = true;
@@ -248,39 +320,63 @@ export class JobsController {
       };
     });
 
-    const actor = createActor(jobMachine.provide({ actors: { prepare, runStep } }), {
+    return {
+      machine: jobMachine.provide({ actors: { prepare, runStep } }),
       input: { steps, needsPrepare, hungMinutes: this.d.hungMinutes },
-    });
-    let lastValue = '';
-    const persist = (snap: SnapshotFrom<typeof jobMachine>) => {
-      const value = JSON.stringify(snap.value);
-      if (value === lastValue) return;
-      lastValue = value;
-      void updateJobStatus(db, jobId, { snapshot: actor.getPersistedSnapshot(), chartVersion: JOB_CHART_VERSION }).catch(() => {});
+      chartVersion: JOB_CHART_VERSION,
+      settled: async () => current?.exited,
     };
-    let finish!: () => void;
-    const done = new Promise<void>((resolve) => (finish = resolve));
-    actor.subscribe({ next: persist, complete: finish, error: (err) => { logger.error({ err, jobId }, 'job chart failed'); finish(); } });
-    this.running.set(jobId, { actor, done });
-    actor.start();
-    // A cancel that arrived before the job was claimed takes effect now.
-    const fresh = await getJob(db, jobId);
-    if (fresh?.cancelRequestedBy) actor.send({ type: 'CANCEL', by: fresh.cancelRequestedBy });
-    await done;
+  }
 
-    // Whatever ended the chart, the compose process is gone before the job is reported finished.
-    if (current) await Promise.race([current.exited, new Promise((r) => setTimeout(r, 10_000))]);
-    const snap = actor.getSnapshot();
-    const state = (typeof snap.value === 'string' ? snap.value : 'failed') as JobOutcomeState;
-    const phase = snap.status === 'done' ? phaseOf(state) : 'failed';
-    const detail = snap.context.detail ?? (phase === 'completed' ? null : 'the job chart stopped unexpectedly');
-    const exitCode = snap.context.exitCode;
-    await finishJob(db, jobId, { phase, detail, exitCode });
-    await updateJobStatus(db, jobId, { snapshot: actor.getPersistedSnapshot(), chartVersion: JOB_CHART_VERSION });
-    await this.finishAudit(jobId, phase, exitCode, detail);
-    await events.append(jobId, 'finished', { outcome: phase, state, exitCode, detail });
-    this.running.delete(jobId);
-    logger.info({ jobId, outcome: phase, state, exitCode }, `job ${jobId} ${phase}${detail ? `: ${detail}` : ''}`);
+  /** Host migration: copy the bundled script to the host, then run it there through nsenter. */
+  private hostMigrationPlan(io: JobIO): ChartPlan {
+    const runner = this.d.hostRunner;
+    const scriptPath = this.d.migrateHostScriptPath;
+    let current: HostRun | undefined;
+    const onLine = (sendBack: (e: EventObject) => void) => (stream: 'stdout' | 'stderr', text: string) => {
+      sendBack({ type: 'OUTPUT' });
+      io.touch();
+      io.line('output', { stream, line: text }, text);
+    };
+    const copyScript = fromCallback<EventObject, Record<string, never>>(({ sendBack }) => {
+      io.phase('copy-script', { path: scriptPath });
+      if (!runner) {
+        sendBack({ type: 'COPY_FAILED', message: 'the Docker engine is not available to run the host migration' });
+        return () => {};
+      }
+      runner.copyScript(scriptPath, onLine(sendBack)).then(
+        () => sendBack({ type: 'COPIED' }),
+        (err: Error) => sendBack({ type: 'COPY_FAILED', message: err.message }),
+      );
+      return () => {};
+    });
+    const runScript = fromCallback<EventObject, Record<string, never>>(({ sendBack }) => {
+      io.touch(true);
+      io.phase('run-script', { command: `nsenter -t 1 -a -- bash ${scriptPath} --yes` });
+      let exited = false;
+      let cancelled = false;
+      runner!.run(scriptPath, onLine(sendBack)).then(
+        (run) => {
+          current = run;
+          if (cancelled) run.cancel();
+          void run.exited.then((code) => {
+            exited = true;
+            sendBack({ type: 'EXITED', exitCode: code });
+          });
+        },
+        (err: Error) => sendBack({ type: 'RUN_FAILED', message: `the migration runner could not start: ${err.message}` }),
+      );
+      return () => {
+        cancelled = true;
+        if (!exited) current?.cancel();
+      };
+    });
+    return {
+      machine: hostMigrationMachine.provide({ actors: { copyScript, runScript } }),
+      input: { hungMinutes: this.d.hungMinutes },
+      chartVersion: HOST_MIGRATION_CHART_VERSION,
+      settled: async () => current?.exited,
+    };
   }
 
   /** Handles queued cancel-job requests: each stops (or drops) its target and records who did it. */

@@ -60,12 +60,23 @@ export const settingsSchema = z.object({
   PLATFORM_DIR: z.string().min(1).optional(),
   PLATFORM_TEMPLATES_URL: z.string().min(1).optional(),
   PLATFORM_URL: z.string().url().optional(),
-  MIGRATE_HOST_SCRIPT_PATH: absolutePath.default('/opt/installer/migrate-host.sh'),
+  MIGRATE_HOST_SCRIPT_PATH: absolutePath
+    .refine((p) => /^[A-Za-z0-9_./-]+$/.test(p), 'may hold only letters, digits and _ . / -')
+    .default('/opt/installer/migrate-host.sh'),
+  /** Passed to migrate-host.sh as STOP_TIMEOUT (seconds per unit); unset: the script's default, 60. */
+  MIGRATE_HOST_STOP_TIMEOUT: positiveInt.max(3600).optional(),
+  /** Image of the migration runner; unset: the image this backend runs from. */
+  MIGRATE_RUNNER_IMAGE: z.string().min(1).optional(),
+  /** Production runs the runner privileged; a host that refuses --privileged gets the capability set instead. */
+  MIGRATE_RUNNER_PRIVILEGED: bool.default(true),
+  /** PID namespace of the runner: `host`, or `container:<name>` to enter a stand-in host. */
+  MIGRATE_RUNNER_PID_MODE: z.string().regex(/^(host|container:[A-Za-z0-9][A-Za-z0-9_.-]*)$/, 'must be host or container:<name>').default('host'),
 
   DOCKER_SOCKET: z.string().min(1).default('/var/run/docker.sock'),
   HUNG_JOB_MINUTES: positiveInt.default(15),
   JOB_EVENT_RETENTION_DAYS: positiveInt.default(30),
   JOB_MEMORY_RETENTION_MINUTES: positiveInt.default(60),
+  LOG_CLIENT_STALL_SECONDS: positiveInt.max(3600, 'must be at most 3600').default(30),
 });
 
 export type RawSettings = z.infer<typeof settingsSchema>;

@@ -8,6 +8,7 @@ import type { Database } from './db/database.ts';
 import type { InstallerSecrets } from './adapters/secrets.ts';
 import { connectEngine, EngineRuntime, projectContainers, pruneDanglingImages } from './adapters/docker-engine.ts';
 import { PlatformFiles } from './adapters/platform-files.ts';
+import { HostRunner } from './adapters/host-runner.ts';
 import { JobEventLog, pruneJobEvents } from './state/job-events.ts';
 import { Sealer } from './state/platform-config.ts';
 import { secretScrubber } from './logger.ts';
@@ -37,6 +38,18 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
   const scrub = secretScrubber(secretValues(secrets));
   const events = new JobEventLog(database.db, { scrub, memoryRetentionMs: settings.JOB_MEMORY_RETENTION_MINUTES * 60_000 });
   const sealer = new Sealer(secrets.encryptionKey);
+  const runtime = opts.runtime ?? new EngineRuntime(docker, `${settings.INSTALLER_REGISTRY}/${settings.INSTALLER_IMAGE_NAME}`);
+  const hostRunner = new HostRunner(docker, {
+    image: async () => {
+      if (settings.MIGRATE_RUNNER_IMAGE) return settings.MIGRATE_RUNNER_IMAGE;
+      const v = await runtime.version();
+      if (!v.imageId) throw new Error('the installer does not run in a container, so there is no installer image to run the migration from: set MIGRATE_RUNNER_IMAGE');
+      return v.imageId;
+    },
+    privileged: settings.MIGRATE_RUNNER_PRIVILEGED,
+    pidMode: settings.MIGRATE_RUNNER_PID_MODE,
+    env: settings.MIGRATE_HOST_STOP_TIMEOUT ? { STOP_TIMEOUT: String(settings.MIGRATE_HOST_STOP_TIMEOUT) } : {},
+  });
   const jobs = new JobsController({
     db: database.db,
     listen: (c, n) => database.listen(c, n),
@@ -47,6 +60,8 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     pruneImages: () => pruneDanglingImages(docker),
     hungMinutes: settings.HUNG_JOB_MINUTES,
     templatesUrl: settings.PLATFORM_TEMPLATES_URL,
+    hostRunner,
+    migrateHostScriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
     workerId: `${hostname()}:${process.pid}`,
   });
   const platform: PlatformPort = {
@@ -61,7 +76,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     logger,
     jwtSecret: secrets.jwtSecret,
     serviceToken: () => secrets.serviceToken,
-    runtime: opts.runtime ?? new EngineRuntime(docker, `${settings.INSTALLER_REGISTRY}/${settings.INSTALLER_IMAGE_NAME}`),
+    runtime,
     platform,
     events,
     sealer,

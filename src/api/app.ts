@@ -19,6 +19,7 @@ import { versionRoutes } from './routes/version.ts';
 import { authRoutes } from './routes/auth.ts';
 import { userRoutes } from './routes/users.ts';
 import { deploymentRoutes } from './routes/deployment.ts';
+import { migrateRoutes } from './routes/migrate.ts';
 
 export interface AppDeps {
   settings: Settings;
@@ -81,6 +82,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await api.register(authRoutes);
     await api.register(userRoutes);
     await api.register(deploymentRoutes);
+    await api.register(migrateRoutes);
   });
   return app;
 }

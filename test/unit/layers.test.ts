@@ -20,7 +20,9 @@ describe('layer arrows', () => {
 
   it('machines import only xstate; migrations import no application code', async () => {
     expect(await lint('machines/example.machine.ts', `import { setup } from 'xstate';\nexport default setup;\n`)).toEqual([]);
+    expect(await lint('machines/example.machine.ts', `import { hungMessage } from './job.machine.ts';\nexport default hungMessage;\n`)).toEqual([]);
     expect((await lint('machines/example.machine.ts', `import pg from 'pg';\nexport default pg;\n`)).length).toBe(1);
+    expect((await lint('machines/example.machine.ts', `import x from './helpers.ts';\nexport default x;\n`)).length).toBe(1);
     expect((await lint('machines/example.machine.ts', `import { x } from '../src/state/actions.ts';\nexport default x;\n`)).length).toBe(1);
     expect((await lint('migrations/0099_x.ts', `import { ROLES } from '../src/db/schema.ts';\nexport default ROLES;\n`)).length).toBe(1);
   });

@@ -1,0 +1,102 @@
+// The host migration job: copy the bundled migrate-host.sh to the host, then run it in the host's
+// namespaces from a short-lived privileged container; output resets the hung guard.
+import { assign, fromCallback, setup, type EventObject } from 'xstate';
+import { hungMessage } from './job.machine.ts';
+
+export const HOST_MIGRATION_CHART_VERSION = '1';
+
+export interface HostMigrationInput {
+  hungMinutes: number;
+}
+
+export interface HostMigrationContext {
+  hungMinutes: number;
+  exitCode: number | null;
+  detail: string | null;
+}
+
+export type HostMigrationEvent =
+  | { type: 'COPIED' }
+  | { type: 'COPY_FAILED'; message: string }
+  | { type: 'OUTPUT' }
+  | { type: 'EXITED'; exitCode: number }
+  | { type: 'RUN_FAILED'; message: string }
+  | { type: 'CANCEL'; by: string };
+
+const errorText = (e: unknown) => (e instanceof Error ? e.message : String(e));
+
+export const hostMigrationMachine = setup({
+  types: {
+    context: {} as HostMigrationContext,
+    events: {} as HostMigrationEvent,
+    input: {} as HostMigrationInput,
+  },
+  actors: {
+    // Implemented by the jobs controller with the host runner adapter.
+    copyScript: fromCallback<EventObject, Record<string, never>>(() => {}),
+    runScript: fromCallback<EventObject, Record<string, never>>(() => {}),
+  },
+  guards: {
+    succeeded: ({ event }) => event.type === 'EXITED' && event.exitCode === 0,
+  },
+  delays: {
+    hungTimeout: ({ context }) => context.hungMinutes * 60_000,
+  },
+}).createMachine({
+  id: 'hostMigration',
+  context: ({ input }) => ({ hungMinutes: input.hungMinutes, exitCode: null, detail: null }),
+  initial: 'copying',
+  states: {
+    copying: {
+      invoke: {
+        id: 'copyScript',
+        src: 'copyScript',
+        input: () => ({}),
+        onError: { target: 'failed', actions: assign({ detail: ({ event }) => errorText(event.error) }) },
+      },
+      on: {
+        COPIED: 'running',
+        COPY_FAILED: { target: 'failed', actions: assign({ detail: ({ event }) => event.message }) },
+        CANCEL: { target: 'cancelled', actions: assign({ detail: ({ event }) => `cancelled by ${event.by}` }) },
+      },
+    },
+    running: {
+      invoke: {
+        id: 'runScript',
+        src: 'runScript',
+        input: () => ({}),
+        onError: { target: 'failed', actions: assign({ detail: ({ event }) => errorText(event.error) }) },
+      },
+      initial: 'watching',
+      states: {
+        watching: {
+          after: {
+            hungTimeout: {
+              target: '#hostMigration.hung',
+              actions: assign({ detail: ({ context }) => hungMessage(context.hungMinutes) }),
+            },
+          },
+          on: { OUTPUT: { target: 'watching', reenter: true } },
+        },
+      },
+      on: {
+        EXITED: [
+          { guard: 'succeeded', target: 'completed', actions: assign({ exitCode: 0 }) },
+          {
+            target: 'failed',
+            actions: assign({
+              exitCode: ({ event }) => event.exitCode,
+              detail: ({ event }) => `migrate-host.sh exited with code ${event.exitCode}`,
+            }),
+          },
+        ],
+        RUN_FAILED: { target: 'failed', actions: assign({ detail: ({ event }) => event.message }) },
+        CANCEL: { target: 'cancelled', actions: assign({ detail: ({ event }) => `cancelled by ${event.by}` }) },
+      },
+    },
+    completed: { type: 'final' },
+    failed: { type: 'final' },
+    hung: { type: 'final' },
+    cancelled: { type: 'final' },
+  },
+});

@@ -1,0 +1,113 @@
+// Runs the bundled migrate-host.sh on the host: a short-lived container from the installer image,
+// in the host's PID namespace and with full privileges, enters PID 1's namespaces with nsenter.
+// The privilege and PID settings are configurable because a test host may refuse --privileged.
+import type Docker from 'dockerode';
+import { PassThrough } from 'node:stream';
+
+export const BUNDLED_SCRIPT = '/usr/src/app/scripts/migrate-host.sh';
+export const RUNNER_NAME = 'installer-migrate-host';
+const COPY_NAME = 'installer-migrate-host-copy';
+
+export interface HostRunnerOptions {
+  /** Image to run; resolves to the installer's own image, or throws saying why there is none. */
+  image: () => Promise<string>;
+  privileged: boolean;
+  /** `host` in production; `container:<name>` to enter a stand-in host. */
+  pidMode: string;
+  /** Environment of the script (nsenter keeps the runner's environment). */
+  env?: Record<string, string>;
+}
+
+export interface HostRun {
+  exited: Promise<number>;
+  cancel(): void;
+}
+
+function hostConfig(o: HostRunnerOptions): Docker.HostConfig {
+  const base: Docker.HostConfig = { PidMode: o.pidMode, NetworkMode: 'none', AutoRemove: false };
+  if (o.privileged) return { ...base, Privileged: true };
+  // Where --privileged is refused: every capability but SYS_RESOURCE, no seccomp or AppArmor profile.
+  return { ...base, CapAdd: ['ALL'], CapDrop: ['SYS_RESOURCE'], SecurityOpt: ['seccomp=unconfined', 'apparmor=unconfined'] };
+}
+
+function splitLines(onLine: (stream: 'stdout' | 'stderr', line: string) => void, stream: 'stdout' | 'stderr'): PassThrough {
+  const pass = new PassThrough();
+  let pending = '';
+  pass.setEncoding('utf8');
+  pass.on('data', (chunk: string) => {
+    pending += chunk;
+    const parts = pending.split(/\r?\n/);
+    pending = parts.pop() ?? '';
+    for (const p of parts) onLine(stream, p);
+  });
+  pass.on('end', () => {
+    if (pending) onLine(stream, pending);
+  });
+  return pass;
+}
+
+export class HostRunner {
+  constructor(
+    private readonly docker: Docker,
+    private readonly opts: HostRunnerOptions,
+  ) {}
+
+  private async removeIfPresent(name: string): Promise<void> {
+    await this.docker.getContainer(name).remove({ force: true }).catch(() => {});
+  }
+
+  /** Runs a one-off container to completion, streaming its output; resolves with its exit code. */
+  private async start(name: string, cmd: string[], onLine: (stream: 'stdout' | 'stderr', line: string) => void): Promise<{ container: Docker.Container; exited: Promise<number> }> {
+    await this.removeIfPresent(name);
+    const image = await this.opts.image();
+    const container = await this.docker.createContainer({
+      name,
+      Image: image,
+      Entrypoint: [],
+      Cmd: cmd,
+      Env: Object.entries(this.opts.env ?? {}).map(([k, v]) => `${k}=${v}`),
+      Tty: false,
+      Healthcheck: { Test: ['NONE'] },
+      Labels: { 'io.installer.role': 'host-migration' },
+      HostConfig: hostConfig(this.opts),
+    });
+    const stream = await container.attach({ stream: true, stdout: true, stderr: true });
+    const out = splitLines(onLine, 'stdout');
+    const err = splitLines(onLine, 'stderr');
+    this.docker.modem.demuxStream(stream, out, err);
+    const ended = new Promise<void>((resolve) => stream.on('end', () => resolve()));
+    await container.start();
+    const exited = (async () => {
+      const r = (await container.wait()) as { StatusCode: number };
+      await Promise.race([ended, new Promise((res) => setTimeout(res, 2_000))]);
+      out.end();
+      err.end();
+      await container.remove({ force: true }).catch(() => {});
+      return r.StatusCode;
+    })();
+    return { container, exited };
+  }
+
+  /** Copies the bundled script to `scriptPath` in the host's mount namespace (mode 0755). */
+  async copyScript(scriptPath: string, onLine: (stream: 'stdout' | 'stderr', line: string) => void): Promise<void> {
+    // The path travels as an argument ($1), never inside the shell text.
+    const { exited } = await this.start(
+      COPY_NAME,
+      ['sh', '-c', `nsenter -t 1 -a -- sh -c 'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod 0755 "$1"' copy "$1" < ${BUNDLED_SCRIPT}`, 'copy', scriptPath],
+      onLine,
+    );
+    const code = await exited;
+    if (code !== 0) throw new Error(`copying migrate-host.sh to ${scriptPath} on the host failed (exit ${code})`);
+  }
+
+  /** Runs `nsenter -t 1 -a -- bash <script path> --yes` in a fresh runner container. */
+  async run(scriptPath: string, onLine: (stream: 'stdout' | 'stderr', line: string) => void): Promise<HostRun> {
+    const { container, exited } = await this.start(RUNNER_NAME, ['nsenter', '-t', '1', '-a', '--', 'bash', scriptPath, '--yes'], onLine);
+    return {
+      exited,
+      cancel() {
+        void container.kill({ signal: 'SIGTERM' }).catch(() => {});
+      },
+    };
+  }
+}
