@@ -1,0 +1,38 @@
+// The installer's own compose files, as `docker compose config` reads them.
+import { describe, expect, it } from 'vitest';
+import path from 'node:path';
+import { ROOT } from '../helpers/process.ts';
+import { run } from '../helpers/rig.ts';
+
+const config = (file: string, env: Record<string, string>) =>
+  run('docker', ['compose', '-f', path.join(ROOT, 'deploy', file), 'config', '--format', 'json'], { env: { DATABASE_PASSWORD: '', VERSION: '', INSTALLER_REGISTRY: '', ...env }, cwd: '/' });
+
+describe('deploy/docker-compose*.yml', () => {
+  for (const [file, channel, registry] of [['docker-compose.yml', 'prod', 'registry.example.com'], ['docker-compose.dev.yml', 'dev', 'dev-registry.example.com']] as const) {
+    it(`${file}: accepted by compose, channel ${channel}, fixed names, no logging driver`, async () => {
+      const r = await config(file, { DATABASE_PASSWORD: 'pw' });
+      expect(r.code, r.stderr).toBe(0);
+      const c = JSON.parse(r.stdout);
+      const s = c.services;
+      expect(s.backend.image).toBe(`${registry}/installer:${channel}-latest`);
+      expect(s['backend-init'].image).toBe(s.backend.image);
+      expect(s.postgres.image).toBe('postgres:15-bookworm');
+      expect([s.backend.container_name, s['backend-init'].container_name, s.postgres.container_name]).toEqual(['installer-backend', 'installer-backend-init', 'installer-postgres']);
+      expect(s.backend.environment).toMatchObject({ INSTALLER_CHANNEL: channel, TZ: 'UTC', MIGRATE_ON_BOOT: 'false' });
+      expect(s.backend.depends_on['backend-init'].condition).toBe('service_completed_successfully');
+      expect(s.backend.networks.platform.aliases).toEqual(['installer-backend']);
+      expect(c.networks.platform.name).toBe('platform');
+      for (const svc of Object.values(s) as { logging?: unknown }[]) expect(svc.logging).toBeUndefined();
+      // A pinned VERSION and a mirror for Postgres come from the environment.
+      const pinned = JSON.parse((await config(file, { DATABASE_PASSWORD: 'pw', VERSION: `${channel}-123`, POSTGRES_IMAGE: 'mirror/pg:15' })).stdout).services;
+      expect(pinned.backend.image).toBe(`${registry}/installer:${channel}-123`);
+      expect(pinned.postgres.image).toBe('mirror/pg:15');
+    });
+  }
+
+  it('refuses to render without the database password, saying so', async () => {
+    const r = await config('docker-compose.yml', {});
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toContain('DATABASE_PASSWORD must be set in .env');
+  });
+});
