@@ -34,9 +34,17 @@ export interface AppDeps {
   jobs?: JobsPort;
 }
 
+export interface RouteEntry {
+  method: string;
+  url: string;
+  access: string;
+  sse: boolean;
+}
+
 declare module 'fastify' {
   interface FastifyInstance {
     deps: AppDeps;
+    routeTable: RouteEntry[];
   }
 }
 
@@ -49,6 +57,15 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     return503OnClosing: true,
   });
   app.decorate('deps', deps);
+  // Every route with the role it needs: the access-matrix test is generated from this table.
+  const routeTable: RouteEntry[] = [];
+  app.decorate('routeTable', routeTable);
+  app.addHook('onRoute', (r) => {
+    for (const method of [r.method].flat()) {
+      if (method === 'HEAD' || r.url.startsWith('/api/docs')) continue;
+      routeTable.push({ method, url: r.url, access: (r.config as { access?: string } | undefined)?.access ?? (r.url.startsWith('/api/') ? 'viewer' : 'public'), sse: Boolean((r as { sse?: unknown }).sse) });
+    }
+  });
 
   installErrorHandling(app);
   await app.register(fastifyRateLimit, {
