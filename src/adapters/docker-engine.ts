@@ -3,7 +3,7 @@
 import Docker from 'dockerode';
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
-import type { VersionInfo } from '../api/ports.ts';
+import type { ContainerView, VersionInfo } from '../api/ports.ts';
 
 export function connectEngine(socketPath: string): Docker {
   return new Docker({ socketPath });
@@ -107,16 +107,8 @@ export class EngineRuntime {
   }
 }
 
-export interface PlatformContainer {
-  name: string;
-  service: string;
-  state: string;
-  health: string | null;
-  image: string;
-  digest: string | null;
-  since: string | null;
-  id: string;
-}
+/** A platform container as the API shows it, plus its id. */
+export type PlatformContainer = ContainerView & { id: string };
 
 /** The containers of a compose project with their state, health, image and digest. */
 export async function projectContainers(docker: Docker, project: string): Promise<PlatformContainer[]> {
