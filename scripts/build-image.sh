@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the installer image from deploy/Dockerfile.
 #   scripts/build-image.sh [--rig] [--push] [--context-only DIR] TAG [TAG...]
-# The context holds compiled code and production dependencies prepared here, so the Dockerfile
+# The context holds compiled code, the built UI and production dependencies prepared here, so the Dockerfile
 # itself compiles and downloads nothing. --rig builds from the locally made base images of the
 # test rig (no registry pulls); --push pushes every tag and prints `digest <tag> <sha256:…>`.
 set -euo pipefail
@@ -28,6 +28,10 @@ fi
 cache=${INSTALLER_BUILD_CACHE:-$root/.artifacts/image-build}
 ctx=${context_only:-$cache/context}
 mkdir -p "$cache"
+# One build at a time per cache: a second build (another test, CI beside a developer) waits here
+# instead of deleting the context the first one is sending to the daemon.
+exec 9>"$cache/.lock"
+flock 9
 
 # Production dependencies are installed once per lockfile and reused.
 lock_hash=$(sha256sum "$root/package-lock.json" | cut -c1-16)
@@ -40,11 +44,15 @@ if [ ! -d "$deps/node_modules" ]; then
 fi
 
 (cd "$root" && npx tsc -p tsconfig.build.json --outDir "$cache/dist")
+# The operator UI (Vite); the backend serves it from dist/src/ui/dist, beside dist/src/api (src/api/ui.ts).
+(cd "$root" && npx vite build src/ui --outDir "$cache/ui" --emptyOutDir)
 
 rm -rf "$ctx"
 mkdir -p "$ctx/scripts"
 cp -a "$deps/node_modules" "$ctx/node_modules"
 cp -a "$cache/dist" "$ctx/dist"
+mkdir -p "$ctx/dist/src/ui"
+cp -a "$cache/ui" "$ctx/dist/src/ui/dist"
 cp "$root/package.json" "$ctx/"
 find "$root/scripts" -maxdepth 1 -name '*.sh' -exec cp {} "$ctx/scripts/" \;
 cat > "$ctx/.dockerignore" <<'IGNORE'

@@ -55,6 +55,8 @@ export const settingsSchema = z.object({
   STAGING_ROOT: absolutePath.default('/var/tmp/installer'),
   PUBLISHED_COMPOSE_URL: z.string().url().optional(),
   INSTALLER_CONTAINER_NAME: z.string().min(1).default('installer-backend'),
+  SELF_UPDATE_PREFLIGHT_TIMEOUT_SECONDS: positiveInt.max(3600, 'must be at most 3600').default(300),
+  SELF_UPDATE_WAIT_TIMEOUT_SECONDS: positiveInt.max(3600, 'must be at most 3600').optional(),
 
   PLATFORM_PROJECT: z.string().regex(/^[a-z0-9][a-z0-9_-]*$/, 'must be a compose project name').default('platform'),
   PLATFORM_DIR: z.string().min(1).optional(),

@@ -9,10 +9,14 @@ import type { InstallerSecrets } from './adapters/secrets.ts';
 import { connectEngine, EngineRuntime, projectContainers, pruneDanglingImages } from './adapters/docker-engine.ts';
 import { PlatformFiles } from './adapters/platform-files.ts';
 import { HostRunner } from './adapters/host-runner.ts';
+import { ContainerLogs } from './adapters/container-logs.ts';
 import { JobEventLog, pruneJobEvents } from './state/job-events.ts';
 import { Sealer } from './state/platform-config.ts';
 import { secretScrubber } from './logger.ts';
 import { JobsController } from '../controllers/jobs.controller.ts';
+import { SelfUpdateController } from '../controllers/self-update.controller.ts';
+import { DockerSelfUpdateEngine, type SelfUpdateEngine } from './adapters/self-update.ts';
+import { machineCharts } from './machine-charts.ts';
 import type { AppDeps } from './api/app.ts';
 import type { PlatformPort, RuntimePort } from './api/ports.ts';
 
@@ -20,6 +24,7 @@ export interface Wired {
   deps: AppDeps;
   docker: Docker;
   jobs: JobsController;
+  selfUpdate: SelfUpdateController;
   events: JobEventLog;
   platformFiles: PlatformFiles;
   /** Starts the controllers (after retention pruning); call once the database is migrated. */
@@ -31,7 +36,7 @@ export function secretValues(secrets: InstallerSecrets): string[] {
   return [secrets.jwtSecret, secrets.encryptionKey, secrets.serviceToken, secrets.databasePassword ?? ''];
 }
 
-export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger: Logger; database: Database }, opts: { runtime?: RuntimePort } = {}): Wired {
+export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger: Logger; database: Database }, opts: { runtime?: RuntimePort; selfUpdateEngine?: SelfUpdateEngine } = {}): Wired {
   const { settings, secrets, logger, database } = b;
   const docker = connectEngine(settings.DOCKER_SOCKET);
   const platformFiles = new PlatformFiles(settings.PLATFORM_DIR, settings.PLATFORM_PROJECT);
@@ -64,13 +69,37 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     migrateHostScriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
     workerId: `${hostname()}:${process.pid}`,
   });
+  const selfUpdateSettings = {
+    repository: `${settings.INSTALLER_REGISTRY}/${settings.INSTALLER_IMAGE_NAME}`,
+    project: settings.INSTALLER_PROJECT,
+    workDir: settings.INSTALLER_WORK_DIR,
+    composeFile: settings.INSTALLER_COMPOSE_FILE,
+    stagingRoot: settings.STAGING_ROOT,
+    rollbackTag: settings.SELF_UPDATE_ROLLBACK_TAG,
+    dockerSocket: settings.DOCKER_SOCKET,
+    publishedComposeUrl: settings.PUBLISHED_COMPOSE_URL,
+    waitTimeoutSeconds: settings.SELF_UPDATE_WAIT_TIMEOUT_SECONDS,
+  };
+  const selfUpdateEngine = opts.selfUpdateEngine ?? new DockerSelfUpdateEngine(docker, selfUpdateSettings, runtime);
+  const selfUpdate = new SelfUpdateController({
+    db: database.db,
+    listen: (c, n) => database.listen(c, n),
+    logger: logger.child({ controller: 'self-update' }),
+    engine: selfUpdateEngine,
+    runtime,
+    settings: selfUpdateSettings,
+    channel: settings.INSTALLER_CHANNEL,
+    workerId: `${hostname()}:${process.pid}`,
+  });
   const platform: PlatformPort = {
     project: settings.PLATFORM_PROJECT,
     services: () => platformFiles.services(),
     containers: () => projectContainers(docker, settings.PLATFORM_PROJECT),
     readEnv: () => platformFiles.readEnv(),
   };
+  const logs = new ContainerLogs(docker, { scrub, warn: (details, message) => logger.warn(details, message) });
   const deps: AppDeps = {
+    logs,
     settings,
     database,
     logger,
@@ -81,11 +110,14 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     events,
     sealer,
     jobs,
+    machines: machineCharts(database.db),
+    selfUpdate: selfUpdateEngine,
   };
   return {
     deps,
     docker,
     jobs,
+    selfUpdate,
     events,
     platformFiles,
     async start() {
@@ -93,8 +125,10 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       const pruned = await pruneJobEvents(database.db, cutoff);
       if (pruned) logger.info({ pruned, olderThan: cutoff.toISOString() }, 'pruned old job events');
       await jobs.start();
+      await selfUpdate.start();
     },
     async stop() {
+      await selfUpdate.stop();
       await jobs.stop();
     },
   };

@@ -9,7 +9,7 @@ import { serializerCompiler, validatorCompiler, jsonSchemaTransform } from 'fast
 import type { Logger } from 'pino';
 import type { Settings } from '../config.ts';
 import type { Database } from '../db/database.ts';
-import type { JobsPort, PlatformPort, RuntimePort } from './ports.ts';
+import type { ContainerLogsPort, JobsPort, MachinesPort, PlatformPort, RuntimePort } from './ports.ts';
 import type { JobEventLog } from '../state/job-events.ts';
 import type { Sealer } from '../state/platform-config.ts';
 import { authPlugin } from './auth.ts';
@@ -20,6 +20,11 @@ import { authRoutes } from './routes/auth.ts';
 import { userRoutes } from './routes/users.ts';
 import { deploymentRoutes } from './routes/deployment.ts';
 import { migrateRoutes } from './routes/migrate.ts';
+import { logRoutes } from './routes/logs.ts';
+import { machineRoutes } from './routes/machines.ts';
+import { uiRoutes } from './ui.ts';
+import { systemRoutes } from './routes/system.ts';
+import type { SelfUpdatePort } from './ports.ts';
 
 export interface AppDeps {
   settings: Settings;
@@ -32,6 +37,14 @@ export interface AppDeps {
   events: JobEventLog;
   sealer: Sealer;
   jobs?: JobsPort;
+  /** The state charts and their actors' states (GET /api/machines); without it that route answers 503. */
+  machines?: MachinesPort;
+  /** The built operator UI served at `/` (default: src/ui/dist beside src/api). */
+  uiDir?: string;
+  /** Platform container logs; without it the log routes answer 503. */
+  logs?: ContainerLogsPort;
+  /** Registry, compose files and helper of the self-update; without it the check reports an error. */
+  selfUpdate?: SelfUpdatePort;
 }
 
 export interface RouteEntry {
@@ -100,6 +113,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await api.register(userRoutes);
     await api.register(deploymentRoutes);
     await api.register(migrateRoutes);
+    await api.register(logRoutes);
+    await api.register(machineRoutes);
+    await api.register(systemRoutes);
   });
+  // The operator UI, outside the /api context: its catch-all never answers for /api paths.
+  await app.register(uiRoutes, deps.uiDir ? { root: deps.uiDir } : {});
   return app;
 }

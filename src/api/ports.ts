@@ -87,3 +87,69 @@ export interface ContainerLogsPort {
    */
   window(selection: LogSelection, opts: { since?: bigint; until?: bigint; follow: boolean }): LogFeed;
 }
+
+/** What the self-update endpoints need from outside the database (docs/adr/0010-self-update.md). */
+export interface SelfUpdatePort {
+  /** Registry digest of a reference, resolved by the engine (GET /distribution/{name}/json); throws when unreachable. */
+  remoteDigest(reference: string): Promise<string>;
+  /** The installer's own compose file on the host; throws when it cannot be read. */
+  localComposeFile(): Promise<string>;
+  /** The published compose file of the channel (PUBLISHED_COMPOSE_URL); throws when it cannot be fetched. */
+  publishedComposeFile(): Promise<string>;
+}
+
+/**
+ * One state chart as the UI draws it: the nodes and edges of xstate/graph's toDirectedGraph,
+ * flattened (a node names its parent), plus the eventless (`always`) transitions it leaves out.
+ */
+export interface ChartNode {
+  /** Full state id, e.g. `job.running.watching`. */
+  id: string;
+  key: string;
+  parent: string | null;
+  type: 'atomic' | 'compound' | 'parallel' | 'final' | 'history';
+  /** Id of the initial child of a compound state. */
+  initial: string | null;
+}
+
+export interface ChartEdge {
+  id: string;
+  source: string;
+  target: string;
+  /** The event type as XState names it, e.g. `CANCEL`, `xstate.after.hungTimeout.job.running.watching`; empty for `always`. */
+  event: string;
+  /** Readable: `CANCEL`, `after hungTimeout`, `error: runStep`, `always`, with `[guard]` when guarded. */
+  label: string;
+  guard: string | null;
+}
+
+/** One actor of a chart (a job, a self-update request) and the state it is in now or ended in. */
+export interface ChartInstance {
+  id: string;
+  label: string;
+  /** Stored phase of the request (queued, running, completed, …). */
+  phase: string;
+  /** The chart's state value as text (`running.watching`), null before the chart started. */
+  state: string | null;
+  /** Ids of the chart's nodes that are active, outermost first (what the UI highlights). */
+  stateIds: string[];
+  at: string;
+  note?: string;
+}
+
+export interface ChartView {
+  id: string;
+  title: string;
+  description: string;
+  version: string;
+  rootId: string;
+  nodes: ChartNode[];
+  edges: ChartEdge[];
+  /** Newest first. */
+  instances: ChartInstance[];
+}
+
+/** The state charts the controllers run and the current state of each; read only. */
+export interface MachinesPort {
+  charts(): Promise<ChartView[]>;
+}

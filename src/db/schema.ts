@@ -104,6 +104,48 @@ export interface InstallerSettingsTable {
   updated_at: Timestamp;
 }
 
+export const SELF_UPDATE_PHASES = [
+  'requested', 'preflight', 'newest', 'unresolved', 'aborted', 'helper-running', 'completed', 'rolled-back', 'neither',
+] as const;
+export type SelfUpdatePhase = (typeof SELF_UPDATE_PHASES)[number];
+
+/** Desired state: someone asked the installer to update itself to its channel's newest build. */
+export interface SelfUpdateRequestsTable {
+  request_id: string;
+  actor: string;
+  actor_email: string | null;
+  generation: Generated<number>;
+  created_at: Timestamp;
+}
+
+/** Observed state of a self-update: preflight, the helper, and the outcome reconciled on boot. */
+export interface SelfUpdateStatusTable {
+  request_id: string;
+  phase: SelfUpdatePhase;
+  conditions: Json<Condition[]>;
+  snapshot: Json<unknown> | null;
+  chart_version: string | null;
+  claimed_by: string | null;
+  channel: string | null;
+  target_tag: string | null;
+  target_digest: string | null;
+  target_image_id: string | null;
+  previous_reference: string | null;
+  previous_digest: string | null;
+  previous_image_id: string | null;
+  pre_update_migration: string | null;
+  action_id: string | null;
+  helper_container_id: string | null;
+  helper_deadline: Date | null;
+  helper_exit_code: number | null;
+  /** Why preflight aborted, for the API's answer: `conflict` (409) or `preflight`. */
+  abort_code: string | null;
+  detail: string | null;
+  created_at: Timestamp;
+  updated_at: Timestamp;
+  finished_at: Date | null;
+}
+
 export interface DB {
   users: UsersTable;
   deployment_actions: DeploymentActionsTable;
@@ -112,6 +154,8 @@ export interface DB {
   deployment_job_events: DeploymentJobEventsTable;
   platform_config_changes: PlatformConfigChangesTable;
   installer_settings: InstallerSettingsTable;
+  self_update_requests: SelfUpdateRequestsTable;
+  self_update_status: SelfUpdateStatusTable;
 }
 
 export type User = Selectable<UsersTable>;

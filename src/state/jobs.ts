@@ -5,6 +5,8 @@ import { randomUUID } from 'node:crypto';
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { ActionKind, Condition, DB, JobPhase } from '../db/schema.ts';
 import type { Actor } from '../auth/actor.ts';
+import { conflict } from '../errors.ts';
+import { IN_FLIGHT as UPDATE_IN_FLIGHT } from './self-update.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
@@ -39,6 +41,13 @@ export interface JobView {
 export async function createJob(db: Conn, input: { kind: ActionKind; params: JobParams; actor: Actor }): Promise<string> {
   const jobId = randomUUID();
   const write = async (tx: Transaction<DB>) => {
+    if (input.kind !== 'cancel-job') {
+      // The same lock a self-update request takes: a job and an update never start together, and
+      // a job never starts while the installer is replacing itself (the switch would kill it).
+      await sql`select pg_advisory_xact_lock(hashtext('installer.self-update'))`.execute(tx);
+      const update = await tx.selectFrom('self_update_status').select(['request_id', 'phase']).where('phase', 'in', UPDATE_IN_FLIGHT).executeTakeFirst();
+      if (update) throw conflict(`an installer self-update is in flight (request ${update.request_id}, ${update.phase}): try again when it has finished`);
+    }
     await tx
       .insertInto('deployment_jobs')
       .values({

@@ -5,6 +5,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { requestSelfUpdate } from '../../src/state/self-update.ts';
 
 let t: TestApp;
 let dir: string;
@@ -101,5 +102,19 @@ describe('cancel', () => {
     const res = await t.app.inject({ method: 'POST', url: `/api/deployment/jobs/${jobId}/cancel`, headers: h });
     expect(res.statusCode).toBe(409);
     expect(res.json().message).toContain('has already ended (completed)');
+  });
+});
+
+describe('jobs and self-update', () => {
+  it('refuses a new job while an installer update is in flight, and takes it once the update ended', async () => {
+    const db = t.db.database.db;
+    await db.updateTable('deployment_job_status').set({ phase: 'completed' }).where('phase', 'in', ['queued', 'running']).execute();
+    const requestId = await requestSelfUpdate(db, { id: 'admin' });
+    const h = await as('operator');
+    const refused = await t.app.inject({ method: 'POST', url: '/api/deployment/jobs', headers: h, payload: { action: 'restart' } });
+    expect(refused.statusCode, refused.body).toBe(409);
+    expect(refused.json().message).toContain('an installer self-update is in flight');
+    await db.updateTable('self_update_status').set({ phase: 'completed' }).where('request_id', '=', requestId).execute();
+    expect((await t.app.inject({ method: 'POST', url: '/api/deployment/jobs', headers: h, payload: { action: 'restart' } })).statusCode).toBe(202);
   });
 });

@@ -38,6 +38,15 @@ describe('the installer stack (dev compose file, real engine, local registry)', 
     expect(digest).toMatch(/^sha256:[0-9a-f]{64}$/);
   });
 
+  it('serves the operator UI built into the image at /', async () => {
+    const res = await fetch(`${stack!.baseUrl}/jobs/any`);
+    expect(res.status).toBe(200);
+    const html = await res.text();
+    expect(html).toContain('<div id="app">');
+    const asset = /src="(\/assets\/[^"]+\.js)"/.exec(html)![1]!;
+    expect((await fetch(`${stack!.baseUrl}${asset}`)).status).toBe(200);
+  });
+
   it('sits on the platform network as installer-backend and keeps its secrets out of the logs', async () => {
     const backend = JSON.parse(await docker(['inspect', 'installer-backend']))[0];
     expect(backend.NetworkSettings.Networks.platform.Aliases).toContain('installer-backend');

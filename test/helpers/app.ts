@@ -9,7 +9,7 @@ import { wire, type Wired } from '../../src/wiring.ts';
 import { loadSettings, type Settings } from '../../src/config.ts';
 import { createLogger } from '../../src/logger.ts';
 import { createUser } from '../../src/state/users.ts';
-import type { RuntimePort, VersionInfo } from '../../src/api/ports.ts';
+import type { ContainerLogsPort, RuntimePort, VersionInfo } from '../../src/api/ports.ts';
 import { createTestDatabase, type TestDatabase } from './db.ts';
 import type { Role } from '../../src/db/schema.ts';
 
@@ -42,11 +42,14 @@ const notInContainer: RuntimePort = {
   },
 };
 
+
 export interface TestAppOptions {
   env?: Record<string, string>;
   runtime?: RuntimePort;
   /** Start the controllers (jobs) too, as the server does. */
   controllers?: boolean;
+  /** Platform container logs; default: the real engine adapter, as the server wires it; null: none (the log routes answer 503). */
+  logs?: ContainerLogsPort | null;
 }
 
 export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
@@ -75,7 +78,9 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
     serviceTokenFile: path.join(dataDir, 'secrets', 'service-token'),
   };
   const wired = wire({ settings, secrets, logger, database: db.database }, { runtime: opts.runtime ?? notInContainer });
-  const app = await buildApp(wired.deps);
+  const { logs: realLogs, ...deps } = wired.deps;
+  const logsPort = opts.logs === undefined ? realLogs : opts.logs;
+  const app = await buildApp({ ...deps, ...(logsPort ? { logs: logsPort } : {}) });
   await app.ready();
   if (opts.controllers) await wired.start();
   const tokens = new Map<Role, string>();

@@ -42,6 +42,8 @@ export async function startStack(opts: { version: string; channel?: 'dev' | 'pro
   mkdirSync(staging);
   const env: Record<string, string> = {
     TZ: 'UTC',
+    // The backend's INSTALLER_PROJECT: the self-update helper switches this project.
+    COMPOSE_PROJECT_NAME: project,
     VERSION: opts.version,
     INSTALLER_REGISTRY: REGISTRY,
     POSTGRES_IMAGE: 'installer-rig/postgres:15',

@@ -1,0 +1,269 @@
+// One self-update request inside the running backend: resolve the channel's target digest, stop if
+// already newest, run the preflight, record the audit action, clear a leftover helper and spawn it.
+// A failure before the helper runs undoes what preflight changed: then nothing has changed.
+import { assign, fromPromise, setup } from 'xstate';
+
+export const SELF_UPDATE_CHART_VERSION = '1';
+
+/** The image this backend runs, as the engine reports it. */
+export interface RunningImage {
+  inContainer: boolean;
+  reference: string | null;
+  tag: string | null;
+  /** Registry digest; null when the image was never pushed or pulled. */
+  digest: string | null;
+  imageId: string | null;
+}
+
+/** What the update moves to: the registry digest of `<channel>-latest`, pulled by digest and tagged. */
+export interface UpdateTarget {
+  channel: string;
+  /** `<channel>-latest`: the tag the helper switches to (VERSION=<tag>). */
+  tag: string;
+  digest: string;
+}
+
+/**
+ * What preflight changed, with what was there before, so that an abort can put it back:
+ * `null` before means the tag or file did not exist.
+ */
+export interface PreflightChanges {
+  rollbackTag?: { before: string | null };
+  stagedFile?: { before: string | null };
+  newTag?: { before: string | null };
+}
+
+export interface SelfUpdateInput {
+  requestId: string;
+}
+
+export interface SelfUpdateContext {
+  requestId: string;
+  running: RunningImage | null;
+  target: UpdateTarget | null;
+  /** The published compose file, fetched in preflight and staged for the helper. */
+  composeFile: string | null;
+  targetImageId: string | null;
+  changes: PreflightChanges;
+  actionId: string | null;
+  preUpdateMigration: string | null;
+  helperId: string | null;
+  /** The step that failed, and why. */
+  failedStep: string | null;
+  detail: string | null;
+  /** `conflict` when preflight found a deployment job (the API answers 409), else `preflight`. */
+  abortCode: 'conflict' | 'preflight' | null;
+  undoFailed: string | null;
+}
+
+export interface ResolvedTarget {
+  running: RunningImage;
+  target: UpdateTarget;
+}
+
+export interface RecordedAction {
+  actionId: string;
+  preUpdateMigration: string | null;
+}
+
+export interface RecordActionInput {
+  running: RunningImage;
+  target: UpdateTarget;
+  targetImageId: string | null;
+}
+
+export interface UndoInput {
+  changes: PreflightChanges;
+  target: UpdateTarget | null;
+  actionId: string | null;
+  detail: string | null;
+}
+
+const never = <T, I = undefined>() => fromPromise<T, I>(() => new Promise<T>(() => {}));
+
+const errorText = (e: unknown) => (e instanceof Error ? e.message : String(e));
+const isConflict = (e: unknown) => typeof e === 'object' && e !== null && (e as { code?: unknown }).code === 'conflict';
+
+/** The state a chart ends in, and the request phase it stands for. */
+export type SelfUpdateFinal = 'unresolved' | 'newest' | 'aborted' | 'helperRunning';
+
+export const selfUpdateMachine = setup({
+  types: {
+    context: {} as SelfUpdateContext,
+    input: {} as SelfUpdateInput,
+  },
+  actors: {
+    // Implemented by the self-update controller with the Docker engine, the host files and the
+    // database; fakes in simulations. Each is idempotent or changes one thing atomically.
+    resolveTarget: never<ResolvedTarget>(),
+    checkPreconditions: never<void, { running: RunningImage | null }>(),
+    fetchPublishedCompose: never<string>(),
+    pullTarget: never<string, { target: UpdateTarget }>(),
+    tagRollback: never<{ before: string | null }, { running: RunningImage }>(),
+    stageComposeFile: never<{ before: string | null }, { content: string }>(),
+    tagNew: never<{ before: string | null }, { target: UpdateTarget; imageId: string }>(),
+    recordAction: never<RecordedAction, RecordActionInput>(),
+    removeLeftoverHelper: never<void>(),
+    spawnHelper: never<string, { target: UpdateTarget }>(),
+    undoPreflight: never<void, UndoInput>(),
+  },
+  guards: {
+    alreadyNewest: ({ context }) => context.running?.digest != null && context.running.digest === context.target?.digest,
+  },
+}).createMachine({
+  id: 'selfUpdate',
+  context: ({ input }) => ({
+    requestId: input.requestId,
+    running: null,
+    target: null,
+    composeFile: null,
+    targetImageId: null,
+    changes: {},
+    actionId: null,
+    preUpdateMigration: null,
+    helperId: null,
+    failedStep: null,
+    detail: null,
+    abortCode: null,
+    undoFailed: null,
+  }),
+  initial: 'resolving',
+  states: {
+    // The registry digest of `<channel>-latest`, through the engine. Failing here is a 400.
+    resolving: {
+      invoke: {
+        id: 'resolveTarget',
+        src: 'resolveTarget',
+        onDone: { target: 'deciding', actions: assign({ running: ({ event }) => event.output.running, target: ({ event }) => event.output.target }) },
+        onError: { target: 'unresolved', actions: assign({ failedStep: 'resolving', detail: ({ event }) => errorText(event.error) }) },
+      },
+    },
+    deciding: {
+      always: [{ guard: 'alreadyNewest', target: 'newest' }, { target: 'checking' }],
+    },
+    // Nothing is changed until the fetch and the pull have succeeded.
+    checking: {
+      invoke: {
+        id: 'checkPreconditions',
+        src: 'checkPreconditions',
+        input: ({ context }) => ({ running: context.running }),
+        onDone: 'fetchingCompose',
+        onError: {
+          target: 'aborted',
+          actions: assign({
+            failedStep: 'checking',
+            detail: ({ event }) => errorText(event.error),
+            abortCode: ({ event }) => (isConflict(event.error) ? 'conflict' : 'preflight'),
+          }),
+        },
+      },
+    },
+    fetchingCompose: {
+      invoke: {
+        id: 'fetchPublishedCompose',
+        src: 'fetchPublishedCompose',
+        onDone: { target: 'pulling', actions: assign({ composeFile: ({ event }) => event.output }) },
+        onError: { target: 'aborted', actions: assign({ failedStep: 'fetchingCompose', detail: ({ event }) => errorText(event.error), abortCode: 'preflight' }) },
+      },
+    },
+    // Pulled by digest, so a stale local tag cannot win (rig.md).
+    pulling: {
+      invoke: {
+        id: 'pullTarget',
+        src: 'pullTarget',
+        input: ({ context }) => ({ target: context.target! }),
+        onDone: { target: 'taggingRollback', actions: assign({ targetImageId: ({ event }) => event.output }) },
+        onError: { target: 'aborted', actions: assign({ failedStep: 'pulling', detail: ({ event }) => errorText(event.error), abortCode: 'preflight' }) },
+      },
+    },
+    // From here on every step records what it replaced; a failure goes through `undoing`.
+    taggingRollback: {
+      invoke: {
+        id: 'tagRollback',
+        src: 'tagRollback',
+        input: ({ context }) => ({ running: context.running! }),
+        onDone: { target: 'staging', actions: assign({ changes: ({ context, event }) => ({ ...context.changes, rollbackTag: event.output }) }) },
+        onError: { target: 'undoing', actions: assign({ failedStep: 'taggingRollback', detail: ({ event }) => errorText(event.error) }) },
+      },
+    },
+    staging: {
+      invoke: {
+        id: 'stageComposeFile',
+        src: 'stageComposeFile',
+        input: ({ context }) => ({ content: context.composeFile! }),
+        onDone: { target: 'taggingNew', actions: assign({ changes: ({ context, event }) => ({ ...context.changes, stagedFile: event.output }) }) },
+        onError: { target: 'undoing', actions: assign({ failedStep: 'staging', detail: ({ event }) => errorText(event.error) }) },
+      },
+    },
+    taggingNew: {
+      invoke: {
+        id: 'tagNew',
+        src: 'tagNew',
+        input: ({ context }) => ({ target: context.target!, imageId: context.targetImageId! }),
+        onDone: { target: 'recording', actions: assign({ changes: ({ context, event }) => ({ ...context.changes, newTag: event.output }) }) },
+        onError: { target: 'undoing', actions: assign({ failedStep: 'taggingNew', detail: ({ event }) => errorText(event.error) }) },
+      },
+    },
+    // The audit row: target digest, current schema migration (preUpdateMigration), previous digest.
+    recording: {
+      invoke: {
+        id: 'recordAction',
+        src: 'recordAction',
+        input: ({ context }) => ({ running: context.running!, target: context.target!, targetImageId: context.targetImageId }),
+        onDone: {
+          target: 'removingLeftover',
+          actions: assign({ actionId: ({ event }) => event.output.actionId, preUpdateMigration: ({ event }) => event.output.preUpdateMigration }),
+        },
+        onError: { target: 'undoing', actions: assign({ failedStep: 'recording', detail: ({ event }) => errorText(event.error) }) },
+      },
+    },
+    removingLeftover: {
+      invoke: {
+        id: 'removeLeftoverHelper',
+        src: 'removeLeftoverHelper',
+        onDone: 'spawning',
+        onError: { target: 'undoing', actions: assign({ failedStep: 'removingLeftover', detail: ({ event }) => errorText(event.error) }) },
+      },
+    },
+    spawning: {
+      invoke: {
+        id: 'spawnHelper',
+        src: 'spawnHelper',
+        input: ({ context }) => ({ target: context.target! }),
+        onDone: { target: 'helperRunning', actions: assign({ helperId: ({ event }) => event.output }) },
+        onError: { target: 'undoing', actions: assign({ failedStep: 'spawning', detail: ({ event }) => errorText(event.error) }) },
+      },
+    },
+    undoing: {
+      invoke: {
+        id: 'undoPreflight',
+        src: 'undoPreflight',
+        input: ({ context }) => ({ changes: context.changes, target: context.target, actionId: context.actionId, detail: context.detail }),
+        onDone: { target: 'aborted', actions: assign({ abortCode: 'preflight', changes: {} }) },
+        onError: { target: 'aborted', actions: assign({ abortCode: 'preflight', undoFailed: ({ event }) => errorText(event.error) }) },
+      },
+    },
+    unresolved: { type: 'final' },
+    newest: { type: 'final' },
+    aborted: { type: 'final' },
+    helperRunning: { type: 'final' },
+  },
+});
+
+/** The request phase a state of the chart stands for. */
+export function phaseOfState(state: string): 'preflight' | 'unresolved' | 'newest' | 'aborted' | 'helper-running' {
+  switch (state) {
+    case 'unresolved': return 'unresolved';
+    case 'newest': return 'newest';
+    case 'aborted': return 'aborted';
+    case 'helperRunning': return 'helper-running';
+    default: return 'preflight';
+  }
+}
+
+/** The detail of an aborted preflight, as the API and the status row report it. */
+export function abortDetail(ctx: Pick<SelfUpdateContext, 'failedStep' | 'detail' | 'undoFailed'>): string {
+  const step = ctx.failedStep ? `${ctx.failedStep}: ` : '';
+  if (ctx.undoFailed) return `${step}${ctx.detail ?? 'failed'}; undoing the preflight failed too (${ctx.undoFailed}): check the rollback tag and the staged compose file`;
+  return `${step}${ctx.detail ?? 'failed'}; nothing was changed`;
+}

@@ -1,0 +1,107 @@
+#!/bin/sh
+# Self-update helper of the installer. The backend runs it detached, in the container
+# installer-self-updater made from the NEW installer image, with the host Docker socket, <work-dir>
+# and <staging-root> mounted at identical paths:
+#
+#   sh /usr/src/app/scripts/self-update.sh <project> <work-dir> <compose-file> <staged-compose-file> <rollback-tag> <new-tag> <service>
+#
+#   1. backs up <compose-file> to <compose-file>.pre-update and installs <staged-compose-file>;
+#   2. switches: VERSION=<new-tag> docker compose -p <project> -f <compose-file> up -d --wait --wait-timeout 300 <service>
+#      success: status ok, exit 0;
+#   3. on failure restores <compose-file>.pre-update and runs the same pinned to VERSION=<rollback-tag>:
+#      success: status rolled-back, exit 0; failure: status failed, exit 1, recovery path printed.
+#
+# One switch, one rollback, no retries, no down-migrations. The status file <work-dir>/.self-update-status
+# holds ok, rolled-back or failed: a breadcrumb for a human (the installer reconciles by digests).
+# A relative <compose-file> is taken in <work-dir>. SELF_UPDATE_WAIT_TIMEOUT replaces the 300 s
+# wait, for tests only. The backend reads the lines starting "self-update: status", "self-update:
+# switch failed:" and "self-update: rollback failed:" from the container's output.
+set -u
+
+say() { printf 'self-update: %s\n' "$*"; }
+
+if [ "$#" -ne 7 ]; then
+  echo "usage: sh self-update.sh <project> <work-dir> <compose-file> <staged-compose-file> <rollback-tag> <new-tag> <service>" >&2
+  exit 2
+fi
+project=$1
+work_dir=$2
+compose_file=$3
+staged=$4
+rollback_tag=$5
+new_tag=$6
+service=$7
+wait_timeout=${SELF_UPDATE_WAIT_TIMEOUT:-300}
+case $wait_timeout in
+  '' | *[!0-9]*) echo "self-update: SELF_UPDATE_WAIT_TIMEOUT must be a number of seconds" >&2; exit 2 ;;
+esac
+status_file=$work_dir/.self-update-status
+
+# Nothing has been touched yet: without the work dir there is nothing to switch.
+cd "$work_dir" || { say "cannot enter $work_dir; nothing was changed"; exit 1; }
+
+log=$(mktemp) || exit 1
+rc_file=$(mktemp) || exit 1
+trap 'rm -f "$log" "$rc_file"' EXIT
+
+write_status() {
+  printf '%s\n' "$1" >"$status_file.tmp" && mv -f "$status_file.tmp" "$status_file"
+}
+
+# up TAG: the switch command pinned to TAG; its output goes to stdout and to $log; sets rc.
+up() {
+  say "running: VERSION=$1 docker compose -p $project -f $compose_file up -d --wait --wait-timeout $wait_timeout $service"
+  { VERSION=$1 docker compose -p "$project" -f "$compose_file" up -d --wait --wait-timeout "$wait_timeout" "$service" 2>&1; echo "$?" >"$rc_file"; } | tee "$log"
+  rc=$(cat "$rc_file")
+}
+
+# The last line compose printed: usually why it failed ("container installer-backend is unhealthy").
+last_line() {
+  grep -v '^[[:space:]]*$' "$log" | tail -n 1
+}
+
+rm -f "$status_file"
+say "updating compose project $project in $work_dir to $new_tag (rollback: $rollback_tag)"
+
+backed_up=0
+reason=
+if cp -p "$compose_file" "$compose_file.pre-update"; then
+  backed_up=1
+  if cp "$staged" "$compose_file.new" && mv -f "$compose_file.new" "$compose_file"; then
+    say "installed $staged as $compose_file (backup: $compose_file.pre-update)"
+    up "$new_tag"
+    if [ "$rc" -eq 0 ]; then
+      write_status ok
+      say "status ok: $service runs $new_tag"
+      exit 0
+    fi
+    reason="exit $rc: $(last_line)"
+  else
+    rm -f "$compose_file.new"
+    reason="cannot install $staged as $compose_file"
+  fi
+else
+  reason="cannot back up $compose_file to $compose_file.pre-update"
+fi
+say "switch failed: $reason"
+
+if [ "$backed_up" -eq 1 ]; then
+  if cp -p "$compose_file.pre-update" "$compose_file"; then
+    say "restored $compose_file from $compose_file.pre-update"
+  else
+    say "cannot restore $compose_file from $compose_file.pre-update"
+  fi
+fi
+up "$rollback_tag"
+if [ "$rc" -eq 0 ]; then
+  write_status rolled-back
+  say "status rolled-back: $service runs $rollback_tag again; the update did not stick"
+  exit 0
+fi
+
+say "rollback failed: exit $rc: $(last_line)"
+write_status failed
+say "status failed: the switch and the rollback both failed; the installer is down and needs manual recovery"
+say "recovery: fetch the installer compose file from object storage into $work_dir/$compose_file, then: docker compose pull && docker compose up -d"
+say "  that is, on the host: cd $work_dir && docker compose -p $project -f $compose_file pull && docker compose -p $project -f $compose_file up -d"
+exit 1

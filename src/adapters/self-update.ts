@@ -1,0 +1,384 @@
+// What a self-update needs from outside the process: registry digests through the engine's
+// distribution endpoint, pulling by digest and tagging, the installer's own compose file on the
+// host (read through the engine: the work dir is not mounted into the backend), the published
+// compose file (http(s) or file:// URL), the staged file, and the helper container.
+import type Docker from 'dockerode';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+import type { RuntimePort, SelfUpdatePort } from '../api/ports.ts';
+
+export const HELPER_NAME = 'installer-self-updater';
+export const HELPER_SCRIPT = '/usr/src/app/scripts/self-update.sh';
+/** The backend's compose service: the helper's `--wait` judges only it and its dependencies. */
+export const BACKEND_SERVICE = 'backend';
+const MAX_COMPOSE_BYTES = 1024 * 1024;
+
+export interface SelfUpdateSettings {
+  /** `<registry>/<image name>`, e.g. `registry.example.com/installer`. */
+  repository: string;
+  project: string;
+  workDir: string;
+  composeFile: string;
+  stagingRoot: string;
+  rollbackTag: string;
+  dockerSocket: string;
+  publishedComposeUrl?: string | undefined;
+  /** Test-only override of the helper's 300 s wait (SELF_UPDATE_WAIT_TIMEOUT in the helper). */
+  waitTimeoutSeconds?: number | undefined;
+}
+
+/** `<staging-root>/self-update/docker-compose.yml`: `/var/tmp/installer/self-update/docker-compose.yml` by default. */
+export const stagedComposePath = (stagingRoot: string) => path.posix.join(stagingRoot, 'self-update', 'docker-compose.yml');
+
+export interface HelperSpec {
+  name: string;
+  image: string;
+  cmd: string[];
+  binds: string[];
+  env: string[];
+  labels: Record<string, string>;
+}
+
+/** The helper container of the spec: the new tag's image, three identical-path mounts, the fixed command. */
+export function helperSpec(s: SelfUpdateSettings, target: { tag: string; digest: string }, requestId: string): HelperSpec {
+  return {
+    name: HELPER_NAME,
+    image: `${s.repository}:${target.tag}`,
+    cmd: ['sh', HELPER_SCRIPT, s.project, s.workDir, s.composeFile, stagedComposePath(s.stagingRoot), s.rollbackTag, target.tag, BACKEND_SERVICE],
+    binds: [`${s.dockerSocket}:${s.dockerSocket}`, `${s.workDir}:${s.workDir}`, `${s.stagingRoot}:${s.stagingRoot}`],
+    env: s.waitTimeoutSeconds ? [`SELF_UPDATE_WAIT_TIMEOUT=${s.waitTimeoutSeconds}`] : [],
+    labels: { 'io.installer.self-update.request': requestId, 'io.installer.self-update.target': target.digest },
+  };
+}
+
+export interface HelperExit {
+  state: 'exited' | 'missing' | 'timed-out';
+  exitCode: number | null;
+  status: 'ok' | 'rolled-back' | 'failed' | null;
+  switchFailure: string | null;
+  rollbackFailure: string | null;
+}
+
+/** Reads the helper's own summary lines (`self-update: status …`, `… switch failed: …`, `… rollback failed: …`). */
+export function parseHelperLog(text: string): Pick<HelperExit, 'status' | 'switchFailure' | 'rollbackFailure'> {
+  let status: HelperExit['status'] = null;
+  let switchFailure: string | null = null;
+  let rollbackFailure: string | null = null;
+  for (const line of text.split(/\r?\n/)) {
+    let m = /^self-update: status (ok|rolled-back|failed)\b/.exec(line);
+    if (m) status = m[1] as HelperExit['status'];
+    m = /^self-update: switch failed: (.*)$/.exec(line);
+    if (m) switchFailure = m[1]!.trim();
+    m = /^self-update: rollback failed: (.*)$/.exec(line);
+    if (m) rollbackFailure = m[1]!.trim();
+  }
+  return { status, switchFailure, rollbackFailure };
+}
+
+/** Splits the engine's multiplexed log stream (8-byte frame headers) into text. */
+export function demultiplex(buf: Buffer): string {
+  let out = '';
+  let i = 0;
+  while (i + 8 <= buf.length && (buf[i] === 0 || buf[i] === 1 || buf[i] === 2) && buf[i + 1] === 0) {
+    const size = buf.readUInt32BE(i + 4);
+    out += buf.subarray(i + 8, i + 8 + size).toString('utf8');
+    i += 8 + size;
+  }
+  return i === 0 ? buf.toString('utf8') : out;
+}
+
+/** The content of the first regular file in a tar archive (what the engine's archive endpoint returns). */
+export function firstFileOfTar(buf: Buffer): Buffer {
+  let off = 0;
+  while (off + 512 <= buf.length) {
+    const header = buf.subarray(off, off + 512);
+    if (header.every((b) => b === 0)) break;
+    const size = Number.parseInt(header.subarray(124, 136).toString('ascii').replace(/\0/g, '').trim() || '0', 8);
+    const type = String.fromCharCode(header[156]!);
+    const start = off + 512;
+    if (type === '0' || type === '\0') return buf.subarray(start, start + size);
+    off = start + Math.ceil(size / 512) * 512; // pax or long-name headers, directories: skip
+  }
+  throw new Error('the archive holds no regular file');
+}
+
+const engineMessage = (err: unknown): string => {
+  const e = err as { json?: { message?: string }; reason?: string; message?: string; statusCode?: number };
+  return e.json?.message ?? e.message ?? String(err);
+};
+
+const statusOf = (err: unknown) => (err as { statusCode?: number }).statusCode;
+
+async function collect(stream: Readable): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const c of stream) parts.push(Buffer.isBuffer(c) ? c : Buffer.from(c as string));
+  return Buffer.concat(parts);
+}
+
+/** Fetches a compose file from an http(s) or file:// URL; it must look like a compose file. */
+export async function fetchComposeFile(url: string, timeoutMs = 60_000): Promise<string> {
+  let text: string;
+  const u = new URL(url);
+  if (u.protocol === 'file:') {
+    text = await readFile(fileURLToPath(u), 'utf8').catch((err: NodeJS.ErrnoException) => {
+      throw new Error(`cannot read the published compose file ${url} (${err.code ?? err.message})`);
+    });
+  } else if (u.protocol === 'http:' || u.protocol === 'https:') {
+    let res: Response;
+    try {
+      res = await fetch(u, { signal: AbortSignal.timeout(timeoutMs), redirect: 'follow' });
+    } catch (err) {
+      throw new Error(`cannot fetch the published compose file ${url}: ${(err as Error).message}`);
+    }
+    if (!res.ok) throw new Error(`fetching the published compose file ${url} failed: HTTP ${res.status}`);
+    text = await res.text();
+  } else {
+    throw new Error(`PUBLISHED_COMPOSE_URL must be an http(s) or file:// URL, not ${u.protocol}`);
+  }
+  if (Buffer.byteLength(text) > MAX_COMPOSE_BYTES) throw new Error(`the published compose file ${url} is larger than 1 MB`);
+  if (!/^services:\s*$/m.test(text)) throw new Error(`the published compose file ${url} has no top-level "services:": not a compose file`);
+  return text;
+}
+
+/** Everything the self-update controller does outside the database, as the real engine does it. */
+export interface SelfUpdateEngine extends SelfUpdatePort {
+  /** The compose project and service labels of the backend's own container; null outside a container. */
+  ownCompose(): Promise<{ project: string | null; service: string | null } | null>;
+  /** Pulls `<repository>@<digest>` and returns the local image id. */
+  pullByDigest(repository: string, digest: string): Promise<string>;
+  /** The local image id a reference names, or null when there is none. */
+  imageIdOf(reference: string): Promise<string | null>;
+  tag(imageId: string, repository: string, tag: string): Promise<void>;
+  untag(reference: string): Promise<void>;
+  readStaged(): Promise<string | null>;
+  writeStaged(content: string): Promise<void>;
+  removeStaged(): Promise<void>;
+  /** Force-removes a leftover helper; false when there was none. */
+  removeHelper(): Promise<boolean>;
+  /** Creates and starts the helper; returns its container id. */
+  spawnHelper(spec: HelperSpec): Promise<string>;
+  /** The helper container labelled with a request, if it exists. */
+  helperOf(requestId: string): Promise<{ id: string; running: boolean } | null>;
+  /** Waits until the helper has exited (or the deadline passed) and reads what it printed. */
+  waitHelper(id: string | null, opts: { deadline: Date | null; signal: AbortSignal }): Promise<HelperExit>;
+}
+
+export class DockerSelfUpdateEngine implements SelfUpdateEngine {
+  constructor(
+    private readonly docker: Docker,
+    private readonly s: SelfUpdateSettings,
+    private readonly runtime: RuntimePort,
+  ) {}
+
+  async remoteDigest(reference: string): Promise<string> {
+    try {
+      const d = (await this.docker.getImage(reference).distribution({})) as { Descriptor?: { digest?: string } };
+      const digest = d.Descriptor?.digest;
+      if (!digest || !/^sha256:[0-9a-f]{64}$/.test(digest)) throw new Error('the engine answered no digest');
+      return digest;
+    } catch (err) {
+      throw new Error(`cannot resolve ${reference} in the registry: ${engineMessage(err)}`);
+    }
+  }
+
+  async localComposeFile(): Promise<string> {
+    const file = path.posix.join(this.s.workDir, this.s.composeFile);
+    const v = await this.runtime.version();
+    if (!v.inContainer || !v.imageId) return readFile(file, 'utf8');
+    // The work dir is not mounted into the backend: a created (never started) container of our own
+    // image with the work dir mounted read-only lets the engine hand the file over as an archive.
+    const reader = await this.docker.createContainer({
+      name: `installer-compose-reader-${randomBytes(4).toString('hex')}`,
+      Image: v.imageId,
+      Cmd: ['true'],
+      NetworkDisabled: true,
+      Healthcheck: { Test: ['NONE'] },
+      Labels: { 'io.installer.role': 'compose-reader' },
+      HostConfig: { Binds: [`${this.s.workDir}:${this.s.workDir}:ro`], AutoRemove: false },
+    });
+    try {
+      const stream = (await reader.getArchive({ path: file })) as unknown as Readable;
+      return firstFileOfTar(await collect(stream)).toString('utf8');
+    } catch (err) {
+      throw new Error(`cannot read ${file}: ${engineMessage(err)}`);
+    } finally {
+      await reader.remove({ force: true }).catch(() => {});
+    }
+  }
+
+  async publishedComposeFile(): Promise<string> {
+    if (!this.s.publishedComposeUrl) throw new Error('PUBLISHED_COMPOSE_URL is not set: there is no published compose file to compare with or install');
+    return fetchComposeFile(this.s.publishedComposeUrl);
+  }
+
+  async ownCompose(): Promise<{ project: string | null; service: string | null } | null> {
+    const v = await this.runtime.version();
+    if (!v.inContainer || !v.containerId) return null;
+    const c = await this.docker.getContainer(v.containerId).inspect();
+    const labels = c.Config.Labels ?? {};
+    return { project: labels['com.docker.compose.project'] ?? null, service: labels['com.docker.compose.service'] ?? null };
+  }
+
+  async pullByDigest(repository: string, digest: string): Promise<string> {
+    try {
+      const stream = (await this.docker.createImage({ fromImage: repository, tag: digest })) as Readable;
+      await new Promise<void>((resolve, reject) => {
+        this.docker.modem.followProgress(stream, (err: Error | null, out: { error?: string; errorDetail?: { message?: string } }[]) => {
+          const failed = out?.find((o) => o.error || o.errorDetail);
+          if (err) reject(err);
+          else if (failed) reject(new Error(failed.errorDetail?.message ?? failed.error));
+          else resolve();
+        });
+      });
+    } catch (err) {
+      throw new Error(`pulling ${repository}@${digest} failed: ${engineMessage(err)}`);
+    }
+    const id = await this.imageIdOf(`${repository}@${digest}`);
+    if (!id) throw new Error(`${repository}@${digest} is not present after the pull`);
+    return id;
+  }
+
+  async imageIdOf(reference: string): Promise<string | null> {
+    try {
+      return (await this.docker.getImage(reference).inspect()).Id;
+    } catch (err) {
+      if (statusOf(err) === 404) return null;
+      throw new Error(`cannot inspect ${reference}: ${engineMessage(err)}`);
+    }
+  }
+
+  async tag(imageId: string, repository: string, tag: string): Promise<void> {
+    try {
+      await this.docker.getImage(imageId).tag({ repo: repository, tag });
+    } catch (err) {
+      throw new Error(`cannot tag ${imageId} as ${repository}:${tag}: ${engineMessage(err)}`);
+    }
+  }
+
+  async untag(reference: string): Promise<void> {
+    try {
+      // A tag of an image in use is only a reference: force drops the name, noprune keeps the image.
+      await this.docker.getImage(reference).remove({ force: true, noprune: true });
+    } catch (err) {
+      if (statusOf(err) === 404) return;
+      throw new Error(`cannot remove the tag ${reference}: ${engineMessage(err)}`);
+    }
+  }
+
+  private get staged(): string {
+    return stagedComposePath(this.s.stagingRoot);
+  }
+
+  async readStaged(): Promise<string | null> {
+    return readFile(this.staged, 'utf8').catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return null;
+      throw new Error(`cannot read ${this.staged}: ${err.code ?? err.message}`);
+    });
+  }
+
+  async writeStaged(content: string): Promise<void> {
+    const tmp = `${this.staged}.tmp-${process.pid}`;
+    try {
+      await mkdir(path.dirname(this.staged), { recursive: true, mode: 0o755 });
+      await writeFile(tmp, content, { mode: 0o644 });
+      await rename(tmp, this.staged);
+    } catch (err) {
+      await rm(tmp, { force: true }).catch(() => {});
+      throw new Error(`cannot write ${this.staged}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
+  }
+
+  async removeStaged(): Promise<void> {
+    await rm(this.staged, { force: true });
+  }
+
+  async removeHelper(): Promise<boolean> {
+    try {
+      await this.docker.getContainer(HELPER_NAME).remove({ force: true });
+      return true;
+    } catch (err) {
+      if (statusOf(err) === 404) return false;
+      throw new Error(`cannot remove the leftover ${HELPER_NAME}: ${engineMessage(err)}`);
+    }
+  }
+
+  async spawnHelper(spec: HelperSpec): Promise<string> {
+    let id: string | undefined;
+    try {
+      const c = await this.docker.createContainer({
+        name: spec.name,
+        Image: spec.image,
+        Cmd: spec.cmd,
+        Env: spec.env,
+        Labels: spec.labels,
+        // The helper would inherit the image's HEALTHCHECK of the backend (rig.md).
+        Healthcheck: { Test: ['NONE'] },
+        HostConfig: { Binds: spec.binds, AutoRemove: false, RestartPolicy: { Name: 'no' } },
+      });
+      id = c.id;
+      await c.start();
+      return c.id;
+    } catch (err) {
+      if (id) await this.docker.getContainer(id).remove({ force: true }).catch(() => {});
+      throw new Error(`cannot start ${spec.name} from ${spec.image}: ${engineMessage(err)}`);
+    }
+  }
+
+  async helperOf(requestId: string): Promise<{ id: string; running: boolean } | null> {
+    const list = await this.docker.listContainers({ all: true, filters: { label: [`io.installer.self-update.request=${requestId}`] } });
+    const c = list[0];
+    return c ? { id: c.Id, running: c.State === 'running' } : null;
+  }
+
+  async waitHelper(id: string | null, opts: { deadline: Date | null; signal: AbortSignal }): Promise<HelperExit> {
+    const c = this.docker.getContainer(id ?? HELPER_NAME);
+    const missing: HelperExit = { state: 'missing', exitCode: null, status: null, switchFailure: null, rollbackFailure: null };
+    let info: Docker.ContainerInspectInfo;
+    try {
+      info = await c.inspect({ abortSignal: opts.signal } as object);
+    } catch (err) {
+      if (statusOf(err) === 404) return missing;
+      throw err;
+    }
+    let timedOut = false;
+    if (info.State.Running) {
+      const ms = opts.deadline ? opts.deadline.getTime() - Date.now() : Number.POSITIVE_INFINITY;
+      if (ms <= 0) timedOut = true;
+      else {
+        let timer: NodeJS.Timeout | undefined;
+        const stop = new AbortController();
+        const onAbort = () => stop.abort();
+        opts.signal.addEventListener('abort', onAbort, { once: true });
+        try {
+          const waited = c.wait({ abortSignal: stop.signal }).then(() => 'exited' as const);
+          const deadline = Number.isFinite(ms) ? new Promise<'timed-out'>((r) => (timer = setTimeout(() => r('timed-out'), ms))) : new Promise<never>(() => {});
+          timedOut = (await Promise.race([waited, deadline])) === 'timed-out';
+        } catch (err) {
+          if (statusOf(err) === 404) return missing;
+          throw err;
+        } finally {
+          clearTimeout(timer);
+          opts.signal.removeEventListener('abort', onAbort);
+          stop.abort();
+        }
+      }
+      if (opts.signal.aborted) throw new Error('stopped waiting for the helper');
+      try {
+        info = await c.inspect();
+      } catch (err) {
+        if (statusOf(err) === 404) return missing;
+        throw err;
+      }
+    }
+    const raw = (await c.logs({ stdout: true, stderr: true, follow: false, tail: 400 })) as unknown as Buffer;
+    const parsed = parseHelperLog(demultiplex(Buffer.isBuffer(raw) ? raw : Buffer.from(String(raw))));
+    return {
+      state: timedOut ? 'timed-out' : 'exited',
+      exitCode: timedOut ? null : info.State.ExitCode,
+      ...parsed,
+    };
+  }
+}

@@ -1,0 +1,154 @@
+// The installer updating itself: the check (digests, compose file, last outcome) and the start.
+// The start writes a request (refused with 409 inside the database when an update is in flight or a
+// deployment job is queued or running) and waits, bounded, for the self-update controller to record
+// how preflight ended (docs/adr/0010-self-update.md).
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { resolveChannel } from '../../config.ts';
+import { getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, SelfUpdateConflict, updateSelfUpdate, type SelfUpdateView } from '../../state/self-update.ts';
+import { AppError, badRequest, conflict, unavailable } from '../../errors.ts';
+
+const lastUpdateSchema = z.object({
+  status: z.string().nullable().describe('started, completed, rolled-back or neither; null if never updated'),
+  detail: z.string().nullable(),
+  at: z.string().nullable(),
+  targetDigest: z.string().nullable(),
+});
+
+const checkSchema = z.object({
+  updateAvailable: z.boolean(),
+  currentDigest: z.string().nullable(),
+  remoteDigest: z.string().nullable(),
+  composeChanged: z.boolean().nullable(),
+  error: z.string().optional(),
+  lastUpdate: lastUpdateSchema,
+});
+
+const startSchema = z.object({ started: z.boolean(), targetDigest: z.string(), message: z.string() });
+
+/** How long a request may wait to be claimed before it is withdrawn (no controller is running). */
+const CLAIM_TIMEOUT_MS = 10_000;
+const POLL_MS = 100;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
+  const { database, runtime, settings } = app.deps;
+  const db = database.db;
+  const repository = `${settings.INSTALLER_REGISTRY}/${settings.INSTALLER_IMAGE_NAME}`;
+
+  app.get(
+    '/api/system/self-update-check',
+    {
+      schema: {
+        tags: ['system'],
+        summary: "Whether a newer build exists on the installer's channel, whether the compose file changed, and the last update's outcome",
+        response: { 200: checkSchema },
+      },
+    },
+    async () => {
+      const port = app.deps.selfUpdate;
+      const errors: string[] = [];
+      const version = await runtime.version().catch((err: Error) => ({
+        inContainer: false, image: null, tag: null, digest: null, imageId: null, containerId: null, note: `the engine did not answer: ${err.message}`,
+      }));
+      const currentDigest = version.digest;
+      if (!currentDigest) errors.push(`current digest unknown: ${version.note ?? 'the running image has no registry digest'}`);
+      const channel = resolveChannel(settings, version.tag);
+
+      const remote = (async (): Promise<string | null> => {
+        if (!port) return (errors.push('self-update is not available in this process'), null);
+        if (!channel) return (errors.push(`the channel is unknown: INSTALLER_CHANNEL is not set and the running tag (${version.tag ?? 'none'}) has no channel prefix`), null);
+        try {
+          return await port.remoteDigest(`${repository}:${channel}-latest`);
+        } catch (err) {
+          errors.push(`registry unreachable: ${(err as Error).message}`);
+          return null;
+        }
+      })();
+      const compose = (async (): Promise<boolean | null> => {
+        if (!port) return null;
+        const [local, published] = await Promise.allSettled([port.localComposeFile(), port.publishedComposeFile()]);
+        if (local.status === 'rejected') errors.push(`local compose file unreadable: ${(local.reason as Error).message}`);
+        if (published.status === 'rejected') errors.push(`published compose file unavailable: ${(published.reason as Error).message}`);
+        if (local.status === 'rejected' || published.status === 'rejected') return null;
+        return local.value !== published.value;
+      })();
+      const [remoteDigest, composeChanged, last] = await Promise.all([remote, compose, lastUpdate(db)]);
+      return {
+        updateAvailable: currentDigest !== null && remoteDigest !== null && currentDigest !== remoteDigest,
+        currentDigest,
+        remoteDigest,
+        composeChanged,
+        ...(errors.length ? { error: errors.join('; ') } : {}),
+        lastUpdate: last,
+      };
+    },
+  );
+
+  app.post(
+    '/api/system/self-update',
+    {
+      // Any signed-in caller, the service token (with x-actor-* headers) included.
+      config: { access: 'viewer' },
+      schema: {
+        tags: ['system'],
+        summary: 'Update the installer to the newest build of its channel; answers once preflight has passed and the helper runs',
+        response: { 200: startSchema, 202: startSchema },
+      },
+    },
+    async (req, reply) => {
+      const actor = req.actor();
+      let requestId: string;
+      try {
+        requestId = await requestSelfUpdate(db, actor);
+      } catch (err) {
+        if (err instanceof SelfUpdateConflict) throw conflict(err.message);
+        throw err;
+      }
+      req.log.info({ requestId, actor: actor.id }, 'self-update requested');
+
+      const started = Date.now();
+      const limit = settings.SELF_UPDATE_PREFLIGHT_TIMEOUT_SECONDS * 1000;
+      let view: SelfUpdateView | undefined;
+      for (;;) {
+        view = await getSelfUpdate(db, requestId);
+        if (!view || PREFLIGHT_ENDED.includes(view.phase)) break;
+        const waited = Date.now() - started;
+        if (view.phase === 'requested' && waited >= CLAIM_TIMEOUT_MS) {
+          const detail = `no self-update controller claimed the request within ${CLAIM_TIMEOUT_MS / 1000} s; nothing was changed`;
+          if (await updateSelfUpdate(db, requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested'])) {
+            throw unavailable(`self-update not started: ${detail}`);
+          }
+          continue;
+        }
+        if (waited >= limit) {
+          return reply.status(202).send({
+            started: true,
+            targetDigest: view.targetDigest ?? '',
+            message: `preflight is still running after ${Math.round(waited / 1000)} s (${view.state ?? view.phase}); the outcome will show in lastUpdate of GET /api/system/self-update-check`,
+          });
+        }
+        await sleep(POLL_MS);
+      }
+      if (!view) throw new AppError('internal', 'the self-update request vanished');
+      const target = view.targetDigest ?? '';
+      switch (view.phase) {
+        case 'newest':
+          return { started: false, targetDigest: target, message: `The installer already runs the newest build of channel ${view.channel}; no update was started.` };
+        case 'unresolved':
+          throw badRequest(`${view.detail ?? 'the target digest cannot be resolved'}; nothing was changed`);
+        case 'aborted':
+          if (view.abortCode === 'conflict') throw conflict(`self-update not started: ${view.detail}`);
+          throw unavailable(`self-update aborted in preflight: ${view.detail}`);
+        default:
+          return {
+            started: true,
+            targetDigest: target,
+            message:
+              `Preflight passed; installer-self-updater is switching the installer to ${view.targetTag} (${target}). ` +
+              'The installer restarts: expect about one to three minutes without a connection. The platform stack is not touched.',
+          };
+      }
+    },
+  );
+};

@@ -1,0 +1,260 @@
+// Self-update requests (desired state, written by the API) and their status (observed state,
+// written by the self-update controller and the boot reconciliation). "One update in flight, none
+// while a deployment job is queued or running" is decided inside one transaction holding an
+// advisory lock, so concurrent requests cannot both start; a partial unique index backs it up.
+import { randomUUID } from 'node:crypto';
+import { sql, type Kysely, type Transaction } from 'kysely';
+import type { Condition, DB, SelfUpdatePhase } from '../db/schema.ts';
+import type { Actor } from '../auth/actor.ts';
+
+type Conn = Kysely<DB> | Transaction<DB>;
+
+export const SELF_UPDATE_CHANNEL = 'self_update_requests';
+/** Phases during which an update is in flight: a second request is refused. */
+export const IN_FLIGHT: readonly SelfUpdatePhase[] = ['requested', 'preflight', 'helper-running'];
+/** Phases that end preflight: the API answers once one of these is reached. */
+export const PREFLIGHT_ENDED: readonly SelfUpdatePhase[] = ['newest', 'unresolved', 'aborted', 'helper-running', 'completed', 'rolled-back', 'neither'];
+
+export class SelfUpdateConflict extends Error {
+  constructor(
+    readonly reason: 'in-flight' | 'job-running',
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface SelfUpdateView {
+  requestId: string;
+  actor: string;
+  actorEmail: string | null;
+  phase: SelfUpdatePhase;
+  state: string | null;
+  channel: string | null;
+  targetTag: string | null;
+  targetDigest: string | null;
+  targetImageId: string | null;
+  previousReference: string | null;
+  previousDigest: string | null;
+  previousImageId: string | null;
+  preUpdateMigration: string | null;
+  actionId: string | null;
+  helperContainerId: string | null;
+  helperDeadline: Date | null;
+  helperExitCode: number | null;
+  abortCode: string | null;
+  detail: string | null;
+  snapshot: unknown;
+  createdAt: Date;
+  updatedAt: Date;
+  finishedAt: Date | null;
+}
+
+const columns = [
+  'r.request_id', 'r.actor', 'r.actor_email', 'r.created_at', 's.phase', 's.snapshot', 's.channel', 's.target_tag', 's.target_digest',
+  's.target_image_id', 's.previous_reference', 's.previous_digest', 's.previous_image_id', 's.pre_update_migration', 's.action_id',
+  's.helper_container_id', 's.helper_deadline', 's.helper_exit_code', 's.abort_code', 's.detail', 's.updated_at', 's.finished_at',
+] as const;
+
+type Row = {
+  request_id: string; actor: string; actor_email: string | null; created_at: Date; phase: SelfUpdatePhase; snapshot: unknown;
+  channel: string | null; target_tag: string | null; target_digest: string | null; target_image_id: string | null;
+  previous_reference: string | null; previous_digest: string | null; previous_image_id: string | null; pre_update_migration: string | null;
+  action_id: string | null; helper_container_id: string | null; helper_deadline: Date | null; helper_exit_code: number | null;
+  abort_code: string | null; detail: string | null; updated_at: Date; finished_at: Date | null;
+};
+
+const date = (d: Date | string | null) => (d === null ? null : new Date(d));
+
+function toView(r: Row): SelfUpdateView {
+  const value = (r.snapshot as { value?: unknown } | null)?.value;
+  return {
+    requestId: r.request_id,
+    actor: r.actor,
+    actorEmail: r.actor_email,
+    phase: r.phase,
+    state: value === undefined ? null : typeof value === 'string' ? value : JSON.stringify(value),
+    channel: r.channel,
+    targetTag: r.target_tag,
+    targetDigest: r.target_digest,
+    targetImageId: r.target_image_id,
+    previousReference: r.previous_reference,
+    previousDigest: r.previous_digest,
+    previousImageId: r.previous_image_id,
+    preUpdateMigration: r.pre_update_migration,
+    actionId: r.action_id === null ? null : String(r.action_id),
+    helperContainerId: r.helper_container_id,
+    helperDeadline: date(r.helper_deadline),
+    helperExitCode: r.helper_exit_code,
+    abortCode: r.abort_code,
+    detail: r.detail,
+    snapshot: r.snapshot,
+    createdAt: new Date(r.created_at),
+    updatedAt: new Date(r.updated_at),
+    finishedAt: date(r.finished_at),
+  };
+}
+
+const base = (db: Conn) => db.selectFrom('self_update_requests as r').innerJoin('self_update_status as s', 's.request_id', 'r.request_id').select(columns);
+
+/**
+ * Writes a self-update request when no update is in flight and no deployment job is queued or
+ * running, and wakes the controller. Throws SelfUpdateConflict otherwise.
+ */
+export async function requestSelfUpdate(db: Kysely<DB>, actor: Actor): Promise<string> {
+  const requestId = randomUUID();
+  try {
+    await db.transaction().execute(async (tx) => {
+      // Serialises every request: the checks below see all requests committed before ours.
+      await sql`select pg_advisory_xact_lock(hashtext('installer.self-update'))`.execute(tx);
+      const flight = await tx
+        .selectFrom('self_update_status')
+        .select(['request_id', 'phase', 'created_at'])
+        .where('phase', 'in', IN_FLIGHT)
+        .executeTakeFirst();
+      if (flight) {
+        throw new SelfUpdateConflict('in-flight', `a self-update is already in flight (request ${flight.request_id}, ${flight.phase} since ${new Date(flight.created_at).toISOString()})`);
+      }
+      const job = await tx
+        .selectFrom('deployment_job_status as s')
+        .innerJoin('deployment_jobs as j', 'j.job_id', 's.job_id')
+        .select(['s.job_id', 's.phase', 'j.kind'])
+        .where('s.phase', 'in', ['queued', 'running'])
+        .orderBy('j.created_at')
+        .executeTakeFirst();
+      if (job) {
+        throw new SelfUpdateConflict('job-running', `deployment job ${job.job_id} (${job.kind}) is ${job.phase}: updating the installer now would kill it`);
+      }
+      await tx.insertInto('self_update_requests').values({ request_id: requestId, actor: actor.id, actor_email: actor.email ?? null }).execute();
+      await tx.insertInto('self_update_status').values(emptyStatus(requestId)).execute();
+      await sql`select pg_notify(${SELF_UPDATE_CHANNEL}, ${requestId})`.execute(tx);
+    });
+  } catch (err) {
+    if ((err as { code?: string }).code === '23505') throw new SelfUpdateConflict('in-flight', 'a self-update is already in flight');
+    throw err;
+  }
+  return requestId;
+}
+
+function emptyStatus(requestId: string) {
+  return {
+    request_id: requestId, phase: 'requested' as const, conditions: '[]', snapshot: null, chart_version: null, claimed_by: null, channel: null,
+    target_tag: null, target_digest: null, target_image_id: null, previous_reference: null, previous_digest: null, previous_image_id: null,
+    pre_update_migration: null, action_id: null, helper_container_id: null, helper_deadline: null, helper_exit_code: null, abort_code: null,
+    detail: null, finished_at: null,
+  };
+}
+
+export async function getSelfUpdate(db: Conn, requestId: string): Promise<SelfUpdateView | undefined> {
+  const r = await base(db).where('r.request_id', '=', requestId).executeTakeFirst();
+  return r ? toView(r as Row) : undefined;
+}
+
+export async function listSelfUpdates(db: Conn, opts: { phases?: readonly SelfUpdatePhase[]; limit?: number } = {}): Promise<SelfUpdateView[]> {
+  let q = base(db).orderBy('r.created_at', 'desc').limit(opts.limit ?? 50);
+  if (opts.phases?.length) q = q.where('s.phase', 'in', opts.phases);
+  return (await q.execute()).map((r) => toView(r as Row));
+}
+
+/** Claims the oldest requested update for this worker: its phase becomes `preflight`. */
+export async function claimNextSelfUpdate(db: Kysely<DB>, worker: string): Promise<SelfUpdateView | undefined> {
+  const id = await db.transaction().execute(async (tx) => {
+    const row = await tx
+      .selectFrom('self_update_status as s')
+      .innerJoin('self_update_requests as r', 'r.request_id', 's.request_id')
+      .select('s.request_id')
+      .where('s.phase', '=', 'requested')
+      .orderBy('r.created_at')
+      .limit(1)
+      .forUpdate('s')
+      .skipLocked()
+      .executeTakeFirst();
+    if (!row) return undefined;
+    await tx.updateTable('self_update_status').set({ phase: 'preflight', claimed_by: worker, updated_at: new Date() }).where('request_id', '=', row.request_id).execute();
+    return row.request_id;
+  });
+  return id ? getSelfUpdate(db, id) : undefined;
+}
+
+export interface SelfUpdatePatch {
+  phase?: SelfUpdatePhase;
+  snapshot?: unknown;
+  chartVersion?: string;
+  channel?: string | null;
+  targetTag?: string | null;
+  targetDigest?: string | null;
+  targetImageId?: string | null;
+  previousReference?: string | null;
+  previousDigest?: string | null;
+  previousImageId?: string | null;
+  preUpdateMigration?: string | null;
+  actionId?: string | null;
+  helperContainerId?: string | null;
+  helperDeadline?: Date | null;
+  helperExitCode?: number | null;
+  abortCode?: string | null;
+  detail?: string | null;
+  conditions?: Condition[];
+  finished?: boolean;
+}
+
+const COLUMN: Record<Exclude<keyof SelfUpdatePatch, 'snapshot' | 'conditions' | 'finished'>, string> = {
+  phase: 'phase', chartVersion: 'chart_version', channel: 'channel', targetTag: 'target_tag', targetDigest: 'target_digest',
+  targetImageId: 'target_image_id', previousReference: 'previous_reference', previousDigest: 'previous_digest',
+  previousImageId: 'previous_image_id', preUpdateMigration: 'pre_update_migration', actionId: 'action_id',
+  helperContainerId: 'helper_container_id', helperDeadline: 'helper_deadline', helperExitCode: 'helper_exit_code',
+  abortCode: 'abort_code', detail: 'detail',
+};
+
+function patchValues(patch: SelfUpdatePatch): Record<string, unknown> {
+  const set: Record<string, unknown> = { updated_at: new Date() };
+  for (const [k, col] of Object.entries(COLUMN)) {
+    const v = patch[k as keyof typeof COLUMN];
+    if (v !== undefined) set[col] = v;
+  }
+  if (patch.snapshot !== undefined) set.snapshot = JSON.stringify(patch.snapshot);
+  if (patch.conditions !== undefined) set.conditions = JSON.stringify(patch.conditions);
+  if (patch.finished) set.finished_at = new Date();
+  return set;
+}
+
+/** Updates a status row; with `onlyIn`, only while it is in one of those phases. True when a row changed. */
+export async function updateSelfUpdate(db: Conn, requestId: string, patch: SelfUpdatePatch, onlyIn?: readonly SelfUpdatePhase[]): Promise<boolean> {
+  let q = db.updateTable('self_update_status').set(patchValues(patch)).where('request_id', '=', requestId);
+  if (onlyIn?.length) q = q.where('phase', 'in', onlyIn);
+  const res = await q.executeTakeFirst();
+  return Number(res.numUpdatedRows) > 0;
+}
+
+/** The update whose helper was spawned and whose outcome is not recorded yet (at most one). */
+export async function pendingReconciliation(db: Conn): Promise<SelfUpdateView | undefined> {
+  const r = await base(db).where('s.phase', '=', 'helper-running').orderBy('r.created_at', 'desc').executeTakeFirst();
+  return r ? toView(r as Row) : undefined;
+}
+
+export interface LastUpdate {
+  /** `started` while in flight, then `completed`, `rolled-back` or `neither`; null if never updated. */
+  status: string | null;
+  detail: string | null;
+  at: string | null;
+  targetDigest: string | null;
+}
+
+/** The most recent self-update that ran its helper (an aborted preflight changed nothing). */
+export async function lastUpdate(db: Conn): Promise<LastUpdate> {
+  const r = await db
+    .selectFrom('self_update_status')
+    .select(['phase', 'detail', 'target_digest', 'created_at', 'finished_at'])
+    .where('action_id', 'is not', null)
+    .where('phase', 'in', ['helper-running', 'completed', 'rolled-back', 'neither'])
+    .orderBy('created_at', 'desc')
+    .limit(1)
+    .executeTakeFirst();
+  if (!r) return { status: null, detail: null, at: null, targetDigest: null };
+  return {
+    status: r.phase === 'helper-running' ? 'started' : r.phase,
+    detail: r.detail,
+    at: new Date(r.finished_at ?? r.created_at).toISOString(),
+    targetDigest: r.target_digest,
+  };
+}

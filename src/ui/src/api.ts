@@ -1,0 +1,224 @@
+// The API client: the bearer token lives in sessionStorage (gone when the tab closes); a 401 from
+// any call clears it and sends the user to sign-in.
+export type Role = 'viewer' | 'operator' | 'admin';
+const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
+
+export interface Me {
+  kind: 'user' | 'service';
+  username: string;
+  role: Role;
+}
+
+export const hasRole = (me: Me | null, least: Role): boolean => !!me && RANK[me.role] >= RANK[least];
+
+const TOKEN_KEY = 'installer.token';
+
+export const session = {
+  token: (): string | null => sessionStorage.getItem(TOKEN_KEY),
+  set: (token: string): void => sessionStorage.setItem(TOKEN_KEY, token),
+  clear: (): void => sessionStorage.removeItem(TOKEN_KEY),
+};
+
+let unauthorized: (message: string) => void = () => {};
+/** Called (once per 401) after the token is dropped; the app sends the user to sign-in. */
+export function onUnauthorized(fn: (message: string) => void): void {
+  unauthorized = fn;
+}
+
+export function signalUnauthorized(message: string): void {
+  session.clear();
+  unauthorized(message);
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly code: string | null = null,
+  ) {
+    super(message);
+  }
+}
+
+export function authHeaders(extra: Record<string, string> = {}): Record<string, string> {
+  const token = session.token();
+  return token ? { authorization: `Bearer ${token}`, ...extra } : { ...extra };
+}
+
+async function errorOf(res: Response): Promise<ApiError> {
+  let message = `${res.status} ${res.statusText}`;
+  let code: string | null = null;
+  try {
+    const body = (await res.json()) as { message?: string; code?: string };
+    if (body.message) message = body.message;
+    code = body.code ?? null;
+  } catch {
+    // not JSON: keep the status line
+  }
+  return new ApiError(res.status, message, code);
+}
+
+/** fetch with the token; throws ApiError for any non-2xx answer (a 401 also signs out). */
+export async function request(path: string, init: { method?: string; json?: unknown; signal?: AbortSignal; headers?: Record<string, string> } = {}): Promise<Response> {
+  const headers = authHeaders(init.headers);
+  if (init.json !== undefined) headers['content-type'] = 'application/json';
+  let res: Response;
+  try {
+    res = await fetch(path, {
+      method: init.method ?? 'GET',
+      headers,
+      ...(init.json !== undefined ? { body: JSON.stringify(init.json) } : {}),
+      ...(init.signal ? { signal: init.signal } : {}),
+      cache: 'no-store',
+    });
+  } catch (err) {
+    if ((err as Error).name === 'AbortError') throw err;
+    throw new ApiError(0, `the installer did not answer (${(err as Error).message})`, 'network');
+  }
+  if (res.ok) return res;
+  const err = await errorOf(res);
+  if (res.status === 401 && path !== '/api/auth/login') signalUnauthorized(err.message);
+  throw err;
+}
+
+export async function api<T>(path: string, init: Parameters<typeof request>[1] = {}): Promise<T> {
+  const res = await request(path, init);
+  if (res.status === 204) return undefined as T;
+  return (await res.json()) as T;
+}
+
+// ---- shapes the UI reads (see the OpenAPI document at /api/docs/json) ----------------------
+
+export interface Container {
+  name: string;
+  service: string;
+  state: string;
+  health: string | null;
+  image: string;
+  digest: string | null;
+  since: string | null;
+}
+
+export interface Job {
+  jobId: string;
+  kind: string;
+  services: string[];
+  targetJobId?: string;
+  actor: string;
+  phase: 'queued' | 'running' | 'completed' | 'failed';
+  state: string | null;
+  detail: string | null;
+  exitCode: number | null;
+  createdAt: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+  hungDeadline: string | null;
+  cancelRequestedBy: string | null;
+}
+
+export interface PlatformStatus {
+  project: string;
+  containers: Container[];
+  engineError?: string;
+  running: Job[];
+  queued: Job[];
+  lastActions: Record<string, { status: string; actor: string; at: string; exitCode: number | null; detail: string | null }>;
+}
+
+export interface Action {
+  id: string;
+  kind: string;
+  status: string;
+  exitCode: number | null;
+  actor: string;
+  actorEmail: string | null;
+  detail: string | null;
+  targetDigest: string | null;
+  schemaMigration: string | null;
+  jobId: string | null;
+  createdAt: string;
+  finishedAt: string | null;
+}
+
+export interface LastUpdate {
+  status: string | null;
+  detail: string | null;
+  at: string | null;
+  targetDigest: string | null;
+}
+
+export interface SelfUpdateCheck {
+  updateAvailable: boolean;
+  currentDigest: string | null;
+  remoteDigest: string | null;
+  composeChanged: boolean | null;
+  error?: string;
+  lastUpdate?: LastUpdate;
+}
+
+export interface SelfUpdateStart {
+  started: boolean;
+  targetDigest: string;
+  message: string;
+}
+
+export interface VersionInfo {
+  inContainer: boolean;
+  image: string | null;
+  tag: string | null;
+  digest: string | null;
+  note?: string;
+}
+
+export interface MigrateInfo {
+  vmUser: string | null;
+  platformUrlSet: boolean;
+  scriptPath: string;
+  lastJob: { jobId: string; phase: string; detail: string | null; createdAt: string } | null;
+}
+
+export interface ChartNode {
+  id: string;
+  key: string;
+  parent: string | null;
+  type: 'atomic' | 'compound' | 'parallel' | 'final' | 'history';
+  initial: string | null;
+}
+
+export interface ChartEdge {
+  id: string;
+  source: string;
+  target: string;
+  event: string;
+  label: string;
+  guard: string | null;
+}
+
+export interface ChartInstance {
+  id: string;
+  label: string;
+  phase: string;
+  state: string | null;
+  stateIds: string[];
+  at: string;
+  note?: string;
+}
+
+export interface Chart {
+  id: string;
+  title: string;
+  description: string;
+  version: string;
+  rootId: string;
+  nodes: ChartNode[];
+  edges: ChartEdge[];
+  instances: ChartInstance[];
+}
+
+export interface LogLine {
+  container: string;
+  service: string;
+  stream: 'stdout' | 'stderr';
+  timestamp: string;
+  line: string;
+}

@@ -1,0 +1,154 @@
+// The shell: sign-in gate, header (navigation, update pill, user), and the pages.
+import { createContext } from 'preact';
+import { useContext, useEffect, useState } from 'preact/hooks';
+import { api, ApiError, hasRole, onUnauthorized, session, type Me, type SelfUpdateCheck, type SelfUpdateStart } from './api.ts';
+import { Link, match, navigate, useLocation } from './router.tsx';
+import { UpdateChecker } from './update.ts';
+import { RestartOverlay, UpdatePill } from './components/update.tsx';
+import { LoginPage } from './pages/login.tsx';
+import { StatusPage } from './pages/status.tsx';
+import { JobPage } from './pages/job.tsx';
+import { AuditPage } from './pages/audit.tsx';
+import { LogsPage } from './pages/logs.tsx';
+import { MachinesPage } from './pages/machines.tsx';
+import { MigratePage } from './pages/migrate.tsx';
+
+export interface AppState {
+  me: Me;
+  check: SelfUpdateCheck | null;
+  checkError: string | null;
+}
+
+const Ctx = createContext<AppState | null>(null);
+
+export function useApp(): AppState {
+  const v = useContext(Ctx);
+  if (!v) throw new Error('useApp outside the signed-in app');
+  return v;
+}
+
+export function App() {
+  const loc = useLocation();
+  const [me, setMe] = useState<Me | null>(null);
+  const [checking, setChecking] = useState(!!session.token());
+  const [signedOutBecause, setSignedOutBecause] = useState<string | null>(null);
+
+  useEffect(() => {
+    onUnauthorized((message) => {
+      setMe(null);
+      setSignedOutBecause(message);
+      const here = location.pathname + location.search;
+      navigate(here.startsWith('/login') ? here : `/login?next=${encodeURIComponent(here)}`, { replace: true });
+    });
+    if (!session.token()) {
+      if (!location.pathname.startsWith('/login')) navigate(`/login?next=${encodeURIComponent(location.pathname + location.search)}`, { replace: true });
+      return;
+    }
+    api<Me>('/api/auth/me')
+      .then((m) => setMe(m))
+      .catch(() => {})
+      .finally(() => setChecking(false));
+  }, []);
+
+  if (checking) return <div class="loading">Loading…</div>;
+  if (!me || loc.path === '/login') {
+    return (
+      <LoginPage
+        reason={signedOutBecause}
+        onSignedIn={(m) => {
+          setMe(m);
+          setSignedOutBecause(null);
+          const next = loc.query.get('next');
+          navigate(next && next.startsWith('/') && !next.startsWith('//') && !next.startsWith('/login') ? next : '/', { replace: true });
+        }}
+      />
+    );
+  }
+  return <SignedIn me={me} onSignOut={() => (session.clear(), setMe(null), navigate('/login', { replace: true }))} />;
+}
+
+function SignedIn(props: { me: Me; onSignOut: () => void }) {
+  const { me } = props;
+  const loc = useLocation();
+  const [check, setCheck] = useState<SelfUpdateCheck | null>(null);
+  const [checkError, setCheckError] = useState<string | null>(null);
+  const [updating, setUpdating] = useState<SelfUpdateStart | null>(null);
+
+  useEffect(() => {
+    const checker = new UpdateChecker<SelfUpdateCheck>({
+      check: () => api<SelfUpdateCheck>('/api/system/self-update-check'),
+      onResult: (r) => (setCheck(r), setCheckError(null)),
+      onError: (err) => setCheckError(err instanceof ApiError ? err.message : String(err)),
+    }).start();
+    return () => checker.stop();
+  }, []);
+
+  const nav: { href: string; label: string; least?: 'operator' | 'admin' }[] = [
+    { href: '/', label: 'Status' },
+    { href: '/audit', label: 'Audit trail' },
+    { href: '/logs', label: 'Logs' },
+    { href: '/machines', label: 'Machine state' },
+    { href: '/migrate', label: 'Host migration', least: 'admin' },
+  ];
+  const active = (href: string) => (href === '/' ? loc.path === '/' || loc.path.startsWith('/jobs/') : loc.path.startsWith(href));
+
+  let page;
+  let params: Record<string, string> | null;
+  if (loc.path === '/') page = <StatusPage />;
+  else if ((params = match('/jobs/:id', loc.path))) page = <JobPage jobId={params.id!} />;
+  else if (loc.path === '/audit') page = <AuditPage />;
+  else if (loc.path === '/logs') page = <LogsPage />;
+  else if (loc.path === '/machines') page = <MachinesPage />;
+  else if (loc.path === '/migrate') page = hasRole(me, 'admin') ? <MigratePage /> : <NotAllowed least="admin" />;
+  else page = <NotFound />;
+
+  return (
+    <Ctx.Provider value={{ me, check, checkError }}>
+      <header class="topbar">
+        <Link href="/" class="brand">
+          <span class="brand-mark" aria-hidden="true">▣</span> Installer
+        </Link>
+        <nav aria-label="Main">
+          {nav
+            .filter((n) => !n.least || hasRole(me, n.least))
+            .map((n) => (
+              <Link key={n.href} href={n.href} class={active(n.href) ? 'active' : ''} aria-current={active(n.href) ? 'page' : undefined}>
+                {n.label}
+              </Link>
+            ))}
+        </nav>
+        <div class="topbar-right">
+          <UpdatePill check={check} onStarted={setUpdating} />
+          <span class="user" data-testid="user">
+            {me.username} <span class="role">{me.role}</span>
+          </span>
+          <button type="button" class="btn ghost" onClick={props.onSignOut}>
+            Sign out
+          </button>
+        </div>
+      </header>
+      <main>{page}</main>
+      {updating && <RestartOverlay start={updating} />}
+    </Ctx.Provider>
+  );
+}
+
+function NotFound() {
+  return (
+    <section class="card">
+      <h1>Not found</h1>
+      <p>
+        There is no page here. <Link href="/">Back to the status</Link>.
+      </p>
+    </section>
+  );
+}
+
+function NotAllowed(props: { least: string }) {
+  return (
+    <section class="card">
+      <h1>Not allowed</h1>
+      <p>This page needs the {props.least} role.</p>
+    </section>
+  );
+}

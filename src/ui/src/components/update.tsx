@@ -1,0 +1,149 @@
+// The header pill `Manager update available`, its confirmation dialog and the restart overlay.
+import { useEffect, useLayoutEffect, useState } from 'preact/hooks';
+import { api, ApiError, type SelfUpdateCheck, type SelfUpdateStart } from '../api.ts';
+import { duration, shortDigest, time } from '../format.ts';
+import { healthProbe, RestartWatcher, type WatchState } from '../update.ts';
+import { Dialog } from './common.tsx';
+
+export function UpdatePill(props: { check: SelfUpdateCheck | null; onStarted: (r: SelfUpdateStart) => void }) {
+  const [open, setOpen] = useState(false);
+  const c = props.check;
+  if (c?.lastUpdate?.status === 'started') {
+    return (
+      <span class="pill pill-progress" data-testid="update-in-progress" title={`Started ${time(c.lastUpdate.at)}; target ${c.lastUpdate.targetDigest ?? 'unknown'}`}>
+        Manager update in progress
+      </span>
+    );
+  }
+  if (!c?.updateAvailable) return null;
+  const tooltip = `Current: ${c.currentDigest ?? 'unknown'}\nRemote: ${c.remoteDigest ?? 'unknown'}`;
+  return (
+    <>
+      <button type="button" class="pill pill-update" data-testid="update-pill" title={tooltip} aria-describedby="update-pill-tip" onClick={() => setOpen(true)}>
+        <span class="pill-dot" aria-hidden="true" />
+        Manager update available
+        <span class="pill-tip" id="update-pill-tip" role="tooltip">
+          <span>Current: {c.currentDigest ?? 'unknown'}</span>
+          <span>Remote: {c.remoteDigest ?? 'unknown'}</span>
+        </span>
+      </button>
+      {open && <UpdateDialog check={c} onClose={() => setOpen(false)} onStarted={(r) => (setOpen(false), props.onStarted(r))} />}
+    </>
+  );
+}
+
+function UpdateDialog(props: { check: SelfUpdateCheck; onClose: () => void; onStarted: (r: SelfUpdateStart) => void }) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<unknown>(null);
+  const [result, setResult] = useState<SelfUpdateStart | null>(null);
+  const start = async () => {
+    setBusy(true);
+    setError(null);
+    try {
+      const r = await api<SelfUpdateStart>('/api/system/self-update', { method: 'POST' });
+      if (r.started) props.onStarted(r);
+      else setResult(r);
+    } catch (err) {
+      setError(err instanceof ApiError && err.status === 409 ? new Error(`Not started: ${err.message}`) : err);
+    } finally {
+      setBusy(false);
+    }
+  };
+  if (result) {
+    return (
+      <Dialog title="No update started" confirmLabel="Close" cancelLabel="Back" onConfirm={props.onClose} onCancel={props.onClose} testid="update-dialog">
+        <p>{result.message}</p>
+      </Dialog>
+    );
+  }
+  return (
+    <Dialog title="Update the installer?" confirmLabel="Update now" busy={busy} error={error} onConfirm={() => void start()} onCancel={props.onClose} testid="update-dialog">
+      <p>
+        The installer updates itself to the newest build of its channel: <code>{shortDigest(props.check.currentDigest)}</code> →{' '}
+        <code>{shortDigest(props.check.remoteDigest)}</code>.
+      </p>
+      <ul>
+        <li>
+          <strong>The installer restarts.</strong> Its backend container is replaced by the new build; if the new build does not become healthy, the
+          previous one is started again (one automatic rollback).
+        </li>
+        <li>
+          <strong>The platform stack is not touched:</strong> its containers are not pulled, recreated or restarted.
+        </li>
+        <li>
+          <strong>Expect about one to three minutes without a connection</strong> to this interface. It reloads by itself once the installer is
+          back.
+        </li>
+      </ul>
+      {props.check.composeChanged && <p class="muted">The published compose file differs from this install's; the update installs the published one.</p>}
+    </Dialog>
+  );
+}
+
+export function RestartOverlay(props: { start: SelfUpdateStart; reload?: () => void }) {
+  const [s, setS] = useState<WatchState | null>(null);
+  const [now, setNow] = useState(Date.now());
+  // A layout effect runs right after the first render (a plain effect waits for a frame): the
+  // clock starts at confirmation.
+  useLayoutEffect(() => {
+    const watcher = new RestartWatcher({ probe: healthProbe, reload: props.reload ?? (() => location.reload()), onChange: setS }).start();
+    return () => watcher.stop();
+  }, []);
+  useEffect(() => {
+    const tick = setInterval(() => setNow(Date.now()), 1000);
+    return () => clearInterval(tick);
+  }, []);
+  const elapsed = s ? Math.max(0, now - s.startedAt) : 0;
+  const gaveUp = s?.phase === 'gave-up';
+  return (
+    <div class="overlay" role="alertdialog" aria-modal="true" aria-labelledby="overlay-title" data-testid="update-overlay" data-phase={s?.phase ?? 'waiting'}>
+      <div class="overlay-card">
+        {!gaveUp ? (
+          <>
+            <div class="spinner" aria-hidden="true" />
+            <h2 id="overlay-title">Updating the installer…</h2>
+            <p>{props.start.message}</p>
+            <p>
+              Waiting for the installer to restart. This page reloads by itself once it answers again. The platform keeps running meanwhile.
+            </p>
+            <dl class="facts">
+              <dt>Waiting</dt>
+              <dd data-testid="overlay-elapsed">{duration(elapsed)}</dd>
+              <dt>Health checks</dt>
+              <dd data-testid="overlay-polls">
+                {s?.polls ?? 0} ({s?.failures ?? 0} without an answer)
+              </dd>
+              <dt>Last check</dt>
+              <dd data-testid="overlay-last">{s?.last ? (s.last.ok ? 'the installer answered' : 'no answer: the installer is restarting') : 'not yet'}</dd>
+            </dl>
+          </>
+        ) : (
+          <div data-testid="overlay-gave-up">
+            <h2 id="overlay-title">The installer has not come back within 10 minutes</h2>
+            <p>
+              The update may have failed, or the installer is still restarting. The platform stack was not touched by the update. On the installer's
+              host:
+            </p>
+            <ol>
+              <li>
+                See why the backend does not answer: <code>docker logs installer-backend</code> (and <code>docker ps -a</code> for its state).
+              </li>
+              <li>
+                See what the update helper did: <code>docker logs installer-self-updater</code>, and its status file{' '}
+                <code>&lt;work-dir&gt;/.self-update-status</code>: <code>ok</code>, <code>rolled-back</code> or <code>failed</code>.
+              </li>
+              <li>
+                If it says <code>failed</code>, recover by hand in the installer's directory (the one holding its compose file): <code>docker compose pull &amp;&amp; docker compose up -d</code>.
+              </li>
+            </ol>
+            <div class="modal-actions">
+              <button type="button" class="btn primary" onClick={() => location.reload()}>
+                Reload now
+              </button>
+            </div>
+          </div>
+        )}
+      </div>
+    </div>
+  );
+}

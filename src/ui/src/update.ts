@@ -1,0 +1,193 @@
+// The installer updating itself, as the interface handles it (spec "Interface behavior during an
+// update", "Limits"): the update check on load and every 30 minutes, and, once an update has
+// started, an overlay that polls GET /api/health every 3 s, reloads after a real downtime gap
+// (health failing at least once, then answering again) or after about 20 s of answers without one,
+// and gives up after 10 minutes. Plain classes with an injectable clock and timing, so tests run
+// them on a fake clock; the production values are these constants.
+export const UPDATE_TIMING = {
+  /** The update check: on load, then every 30 minutes. */
+  checkEveryMs: 30 * 60_000,
+  /** Health polling while the installer restarts. */
+  pollEveryMs: 3_000,
+  /** Without a downtime gap seen, reload after this long (the restart may fall between two polls). */
+  settleMs: 20_000,
+  /** Give up waiting after this long. */
+  giveUpMs: 10 * 60_000,
+  /** One health request may take this long before it counts as failed. */
+  requestTimeoutMs: 2_500,
+} as const;
+
+export type UpdateTiming = { -readonly [K in keyof typeof UPDATE_TIMING]: number };
+
+export interface Clock {
+  now(): number;
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+/** The global timers, looked up at each call (so a clock a test installs later is the one used). */
+export const globalClock: Clock = {
+  now: () => Date.now(),
+  setTimeout: (fn, ms) => globalThis.setTimeout(fn, ms),
+  clearTimeout: (h) => globalThis.clearTimeout(h as Parameters<typeof globalThis.clearTimeout>[0]),
+};
+
+// ---------------------------------------------------------------------------------------------
+
+export class UpdateChecker<T> {
+  private timer: unknown = null;
+  private stopped = false;
+  private readonly everyMs: number;
+  private readonly clock: Clock;
+
+  constructor(
+    private readonly o: {
+      check: () => Promise<T>;
+      onResult: (result: T) => void;
+      onError?: (err: unknown) => void;
+      everyMs?: number;
+      clock?: Clock;
+    },
+  ) {
+    this.everyMs = o.everyMs ?? UPDATE_TIMING.checkEveryMs;
+    this.clock = o.clock ?? globalClock;
+  }
+
+  /** Checks now, then every `everyMs`. */
+  start(): this {
+    this.stopped = false;
+    void this.tick();
+    return this;
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer !== null) this.clock.clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  /** An extra check now (after an update finished, say); the schedule is unchanged. */
+  async refresh(): Promise<void> {
+    await this.once();
+  }
+
+  private async once(): Promise<void> {
+    try {
+      const r = await this.o.check();
+      if (!this.stopped) this.o.onResult(r);
+    } catch (err) {
+      if (!this.stopped) this.o.onError?.(err);
+    }
+  }
+
+  private async tick(): Promise<void> {
+    // Scheduled before the check runs, so a slow registry does not stretch the interval.
+    this.timer = this.clock.setTimeout(() => void this.tick(), this.everyMs);
+    await this.once();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+export type WatchPhase = 'waiting' | 'reloading' | 'gave-up';
+
+export interface WatchState {
+  phase: WatchPhase;
+  startedAt: number;
+  elapsedMs: number;
+  polls: number;
+  failures: number;
+  /** Health failed at least once: the old backend went away. */
+  sawDown: boolean;
+  last: { ok: boolean; at: number } | null;
+}
+
+export interface RestartWatcherOptions {
+  /** One health check: true when the backend answers healthy. May reject; rejects count as down. */
+  probe: (signal: AbortSignal) => Promise<boolean>;
+  reload: () => void;
+  onChange?: (s: WatchState) => void;
+  timing?: Partial<UpdateTiming>;
+  clock?: Clock;
+}
+
+export class RestartWatcher {
+  private readonly t: UpdateTiming;
+  private readonly clock: Clock;
+  private s: WatchState;
+  private pollTimer: unknown = null;
+  private giveUpTimer: unknown = null;
+
+  constructor(private readonly o: RestartWatcherOptions) {
+    this.t = { ...UPDATE_TIMING, ...o.timing };
+    this.clock = o.clock ?? globalClock;
+    this.s = { phase: 'waiting', startedAt: 0, elapsedMs: 0, polls: 0, failures: 0, sawDown: false, last: null };
+  }
+
+  get state(): WatchState {
+    return { ...this.s, elapsedMs: this.clock.now() - this.s.startedAt };
+  }
+
+  /** Starts waiting: the first poll after one interval (the old backend is still answering now). */
+  start(): this {
+    this.s = { ...this.s, startedAt: this.clock.now() };
+    this.pollTimer = this.clock.setTimeout(() => void this.poll(), this.t.pollEveryMs);
+    this.giveUpTimer = this.clock.setTimeout(() => this.finish('gave-up'), this.t.giveUpMs);
+    this.emit();
+    return this;
+  }
+
+  stop(): void {
+    if (this.pollTimer !== null) this.clock.clearTimeout(this.pollTimer);
+    if (this.giveUpTimer !== null) this.clock.clearTimeout(this.giveUpTimer);
+    this.pollTimer = this.giveUpTimer = null;
+  }
+
+  private emit() {
+    this.o.onChange?.(this.state);
+  }
+
+  private finish(phase: 'reloading' | 'gave-up') {
+    if (this.s.phase !== 'waiting') return;
+    this.stop();
+    this.s = { ...this.s, phase };
+    this.emit();
+    if (phase === 'reloading') this.o.reload();
+  }
+
+  private async probeOnce(): Promise<boolean> {
+    const abort = new AbortController();
+    const timer = this.clock.setTimeout(() => abort.abort(), this.t.requestTimeoutMs);
+    try {
+      return await this.o.probe(abort.signal);
+    } catch {
+      return false;
+    } finally {
+      this.clock.clearTimeout(timer);
+    }
+  }
+
+  private async poll(): Promise<void> {
+    if (this.s.phase !== 'waiting') return;
+    const began = this.clock.now();
+    const ok = await this.probeOnce();
+    if (this.s.phase !== 'waiting') return;
+    const now = this.clock.now();
+    this.s = { ...this.s, polls: this.s.polls + 1, failures: this.s.failures + (ok ? 0 : 1), sawDown: this.s.sawDown || !ok, last: { ok, at: now } };
+    if (ok && (this.s.sawDown || now - this.s.startedAt >= this.t.settleMs)) {
+      this.finish('reloading');
+      return;
+    }
+    this.emit();
+    // Every pollEveryMs from the start of the previous poll, however long it took.
+    this.pollTimer = this.clock.setTimeout(() => void this.poll(), Math.max(0, began + this.t.pollEveryMs - now));
+  }
+}
+
+/** GET /api/health answered `{status: "ok"}`. */
+export async function healthProbe(signal: AbortSignal): Promise<boolean> {
+  const res = await fetch('/api/health', { cache: 'no-store', signal });
+  if (!res.ok) return false;
+  const body = (await res.json()) as { status?: string };
+  return body.status === 'ok';
+}

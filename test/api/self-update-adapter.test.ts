@@ -1,0 +1,94 @@
+// The pure parts of the self-update adapter: the published compose file over http(s) and file://,
+// the engine's tar archive and multiplexed logs, the helper's summary lines, the helper's shape.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createServer, type Server } from 'node:http';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { pathToFileURL } from 'node:url';
+import path from 'node:path';
+import { demultiplex, fetchComposeFile, firstFileOfTar, helperSpec, parseHelperLog, stagedComposePath } from '../../src/adapters/self-update.ts';
+
+const COMPOSE = 'name: installer\nservices:\n  backend:\n    image: x\n';
+let server: Server;
+let base: string;
+const dir = mkdtempSync(path.join(tmpdir(), 'su-adapter-'));
+
+beforeAll(async () => {
+  server = createServer((req, res) => {
+    if (req.url === '/docker-compose.yml') res.end(COMPOSE);
+    else if (req.url === '/html') res.end('<html>login</html>');
+    else res.writeHead(404).end();
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+});
+afterAll(() => server?.close());
+
+describe('the published compose file', () => {
+  it('comes from an http(s) URL', async () => {
+    expect(await fetchComposeFile(`${base}/docker-compose.yml`)).toBe(COMPOSE);
+  });
+  it('or from a file:// URL', async () => {
+    const f = path.join(dir, 'published.yml');
+    writeFileSync(f, COMPOSE);
+    expect(await fetchComposeFile(pathToFileURL(f).href)).toBe(COMPOSE);
+  });
+  it('fails with the reason: HTTP status, missing file, not a compose file, unknown scheme', async () => {
+    await expect(fetchComposeFile(`${base}/nope`)).rejects.toThrow(/HTTP 404/);
+    await expect(fetchComposeFile(pathToFileURL(path.join(dir, 'missing.yml')).href)).rejects.toThrow(/ENOENT/);
+    await expect(fetchComposeFile(`${base}/html`)).rejects.toThrow(/not a compose file/);
+    await expect(fetchComposeFile('ftp://example.com/x.yml')).rejects.toThrow(/http\(s\) or file:\/\//);
+  });
+});
+
+describe('engine formats', () => {
+  it('reads the one file of the archive the engine returns', () => {
+    const f = path.join(dir, 'docker-compose.dev.yml');
+    writeFileSync(f, COMPOSE);
+    const tar = spawnSync('tar', ['-C', dir, '-cf', '-', 'docker-compose.dev.yml']).stdout;
+    expect(firstFileOfTar(tar).toString()).toBe(COMPOSE);
+    // With a pax header first, as the engine may write for long names.
+    const pax = spawnSync('tar', ['--format=pax', '-C', dir, '-cf', '-', 'docker-compose.dev.yml']).stdout;
+    expect(firstFileOfTar(pax).toString()).toBe(COMPOSE);
+    expect(() => firstFileOfTar(Buffer.alloc(1024))).toThrow(/no regular file/);
+  });
+
+  it('demultiplexes the engine log frames', () => {
+    const frame = (stream: number, text: string) => {
+      const body = Buffer.from(text);
+      const h = Buffer.alloc(8);
+      h[0] = stream;
+      h.writeUInt32BE(body.length, 4);
+      return Buffer.concat([h, body]);
+    };
+    expect(demultiplex(Buffer.concat([frame(1, 'self-update: a\n'), frame(2, 'err\n'), frame(1, 'self-update: status ok: x\n')]))).toBe('self-update: a\nerr\nself-update: status ok: x\n');
+    expect(demultiplex(Buffer.from('plain text\n'))).toBe('plain text\n');
+  });
+
+  it("parses the helper's summary lines", () => {
+    expect(parseHelperLog(readFileSync(new URL('../../scripts/self-update.sh', import.meta.url), 'utf8'))).toMatchObject({ status: null });
+    expect(parseHelperLog('self-update: switch failed: exit 1: x is unhealthy\nself-update: status rolled-back: backend runs rollback again\n')).toEqual({
+      status: 'rolled-back', switchFailure: 'exit 1: x is unhealthy', rollbackFailure: null,
+    });
+  });
+});
+
+describe('the helper container', () => {
+  it('has the shape of the spec with the default staging root', () => {
+    const spec = helperSpec(
+      { repository: 'registry.example.com/installer', project: 'installer', workDir: '/opt/installer', composeFile: 'docker-compose.yml', stagingRoot: '/var/tmp/installer', rollbackTag: 'rollback', dockerSocket: '/var/run/docker.sock' },
+      { tag: 'prod-latest', digest: 'sha256:abc' },
+      'r-1',
+    );
+    expect(stagedComposePath('/var/tmp/installer')).toBe('/var/tmp/installer/self-update/docker-compose.yml');
+    expect(spec).toEqual({
+      name: 'installer-self-updater',
+      image: 'registry.example.com/installer:prod-latest',
+      cmd: ['sh', '/usr/src/app/scripts/self-update.sh', 'installer', '/opt/installer', 'docker-compose.yml', '/var/tmp/installer/self-update/docker-compose.yml', 'rollback', 'prod-latest', 'backend'],
+      binds: ['/var/run/docker.sock:/var/run/docker.sock', '/opt/installer:/opt/installer', '/var/tmp/installer:/var/tmp/installer'],
+      env: [],
+      labels: { 'io.installer.self-update.request': 'r-1', 'io.installer.self-update.target': 'sha256:abc' },
+    });
+  });
+});

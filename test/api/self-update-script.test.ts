@@ -1,0 +1,123 @@
+// scripts/self-update.sh under a POSIX shell with a stand-in `docker` on PATH that records every
+// call and fails for the tags it is told to: the switch, the rollback, the status file, the exit
+// codes, the backup and the exact compose command. The real engine runs it in test/e2e.
+import { beforeEach, describe, expect, it } from 'vitest';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { ROOT } from '../helpers/process.ts';
+import { parseHelperLog } from '../../src/adapters/self-update.ts';
+
+const SCRIPT = path.join(ROOT, 'scripts/self-update.sh');
+const OLD = 'services:\n  backend: { image: old }\n';
+const NEW = 'services:\n  backend: { image: new }\n';
+
+let dir: string;
+let work: string;
+let staged: string;
+let bin: string;
+
+beforeEach(() => {
+  dir = mkdtempSync(path.join(tmpdir(), 'su-script-'));
+  work = path.join(dir, 'work');
+  bin = path.join(dir, 'bin');
+  staged = path.join(dir, 'staging', 'self-update', 'docker-compose.yml');
+  for (const d of [work, bin, path.dirname(staged)]) spawnSync('mkdir', ['-p', d]);
+  writeFileSync(path.join(work, 'docker-compose.yml'), OLD);
+  writeFileSync(staged, NEW);
+  // The stand-in records VERSION, its working directory, the compose file it saw and its arguments.
+  writeFileSync(
+    path.join(bin, 'docker'),
+    [
+      '#!/bin/sh',
+      'printf "%s|%s|%s|%s\\n" "$VERSION" "$PWD" "$(head -n 2 docker-compose.yml | tail -n 1)" "$*" >> "$CALLS"',
+      'for t in $FAIL_TAGS; do if [ "$t" = "$VERSION" ]; then echo " Container installer-backend  Waiting"; echo "dependency failed to start: container installer-backend is unhealthy" >&2; exit 1; fi; done',
+      'echo " Container installer-backend  Healthy"',
+    ].join('\n'),
+  );
+  chmodSync(path.join(bin, 'docker'), 0o755);
+});
+
+function helper(opts: { failTags?: string; waitTimeout?: string; args?: string[] } = {}) {
+  const calls = path.join(dir, 'calls');
+  const args = opts.args ?? ['installer', work, 'docker-compose.yml', staged, 'rollback', 'dev-latest', 'backend'];
+  const r = spawnSync('sh', [SCRIPT, ...args], {
+    env: { PATH: `${bin}:/usr/bin:/bin`, CALLS: calls, FAIL_TAGS: opts.failTags ?? '', ...(opts.waitTimeout ? { SELF_UPDATE_WAIT_TIMEOUT: opts.waitTimeout } : {}) },
+    encoding: 'utf8',
+  });
+  const status = existsSync(path.join(work, '.self-update-status')) ? readFileSync(path.join(work, '.self-update-status'), 'utf8') : null;
+  const recorded = existsSync(calls) ? readFileSync(calls, 'utf8').trim().split('\n') : [];
+  return { code: r.status, out: r.stdout + r.stderr, status, calls: recorded.map((l) => l.split('|')) };
+}
+
+const composeFile = () => readFileSync(path.join(work, 'docker-compose.yml'), 'utf8');
+const backup = () => readFileSync(path.join(work, 'docker-compose.yml.pre-update'), 'utf8');
+const upArgs = (timeout = '300') => `compose -p installer -f docker-compose.yml up -d --wait --wait-timeout ${timeout} backend`;
+
+describe('self-update.sh', () => {
+  it('switch succeeds: status ok, exit 0, the new compose file installed, the old one backed up', () => {
+    const r = helper();
+    expect(r.code).toBe(0);
+    expect(r.status).toBe('ok\n');
+    expect(r.calls).toEqual([['dev-latest', work, '  backend: { image: new }', upArgs()]]);
+    expect(composeFile()).toBe(NEW);
+    expect(backup()).toBe(OLD);
+    expect(parseHelperLog(r.out)).toEqual({ status: 'ok', switchFailure: null, rollbackFailure: null });
+  });
+
+  it('switch fails, rollback succeeds: backup restored, pinned to rollback, status rolled-back, exit 0', () => {
+    const r = helper({ failTags: 'dev-latest' });
+    expect(r.code).toBe(0);
+    expect(r.status).toBe('rolled-back\n');
+    expect(r.calls).toEqual([
+      ['dev-latest', work, '  backend: { image: new }', upArgs()],
+      ['rollback', work, '  backend: { image: old }', upArgs()],
+    ]);
+    expect(composeFile()).toBe(OLD);
+    expect(parseHelperLog(r.out)).toEqual({
+      status: 'rolled-back',
+      switchFailure: 'exit 1: dependency failed to start: container installer-backend is unhealthy',
+      rollbackFailure: null,
+    });
+  });
+
+  it('both fail: status failed, exit 1, the recovery path printed, no third attempt', () => {
+    const r = helper({ failTags: 'dev-latest rollback' });
+    expect(r.code).toBe(1);
+    expect(r.status).toBe('failed\n');
+    expect(r.calls.map((c) => c[0])).toEqual(['dev-latest', 'rollback']);
+    expect(r.out).toContain('fetch the installer compose file from object storage');
+    expect(r.out).toContain('docker compose pull && docker compose up -d');
+    expect(parseHelperLog(r.out)).toMatchObject({ status: 'failed', rollbackFailure: 'exit 1: dependency failed to start: container installer-backend is unhealthy' });
+  });
+
+  it('the wait timeout is 300 unless the test-only variable says otherwise', () => {
+    expect(helper({ waitTimeout: '7' }).calls[0]![3]).toBe(upArgs('7'));
+    expect(helper({ waitTimeout: 'soon' }).code).toBe(2);
+  });
+
+  it('a staged file that cannot be installed is a failed switch: straight to the rollback', () => {
+    const r = helper({ args: ['installer', work, 'docker-compose.yml', path.join(dir, 'missing.yml'), 'rollback', 'dev-latest', 'backend'] });
+    expect(r.code).toBe(0);
+    expect(r.status).toBe('rolled-back\n');
+    expect(r.calls.map((c) => c[0])).toEqual(['rollback']);
+    expect(composeFile()).toBe(OLD);
+    expect(parseHelperLog(r.out).switchFailure).toMatch(/^cannot install .*missing\.yml as docker-compose\.yml$/);
+  });
+
+  it('takes exactly seven arguments', () => {
+    const r = helper({ args: ['installer', work] });
+    expect(r.code).toBe(2);
+    expect(r.out).toContain('usage:');
+    expect(r.calls).toEqual([]);
+  });
+
+  it('is POSIX sh and clean under shellcheck', () => {
+    expect(readFileSync(SCRIPT, 'utf8').startsWith('#!/bin/sh\n')).toBe(true);
+    const r = spawnSync('shellcheck', ['-s', 'sh', SCRIPT], { encoding: 'utf8' });
+    expect(r.error, 'shellcheck must be installed (scripts/rig/setup.sh installs it)').toBeUndefined();
+    expect(r.stdout + r.stderr).toBe('');
+    expect(r.status).toBe(0);
+  });
+});

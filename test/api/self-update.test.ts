@@ -1,0 +1,369 @@
+// The self-update endpoints and controller on a real Postgres, with the engine and host in memory:
+// the check, every answer of the start (started, newest, 400, 409, 503), the helper's exact shape,
+// the audit row, "nothing changed" after any preflight failure, one start out of 50 concurrent
+// calls, and the outcome reconciled on boot.
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { sql } from 'kysely';
+import { eventually, FakeEngine, FakeRuntime, REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/self-update.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { TEST_SECRETS } from '../helpers/app.ts';
+import { createJob, finishJob } from '../../src/state/jobs.ts';
+import { currentMigration } from '../../src/db/migrate.ts';
+import { getSelfUpdate, listSelfUpdates } from '../../src/state/self-update.ts';
+
+const auth = (token: string) => ({ authorization: `Bearer ${token}` });
+const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };
+
+async function post(t: SelfUpdateApp, headers: Record<string, string> = service) {
+  return t.app.inject({ method: 'POST', url: '/api/system/self-update', headers });
+}
+async function check(t: SelfUpdateApp) {
+  const res = await t.app.inject({ method: 'GET', url: '/api/system/self-update-check', headers: service });
+  expect(res.statusCode, res.body).toBe(200);
+  return res.json() as Record<string, unknown> & { lastUpdate: Record<string, unknown> };
+}
+const audit = (t: SelfUpdateApp) => t.db.database.db.selectFrom('deployment_actions').selectAll().where('kind', '=', 'self-update').orderBy('id').execute();
+
+describe('GET /api/system/self-update-check', () => {
+  let t: SelfUpdateApp;
+  beforeAll(async () => (t = await startSelfUpdateApp()));
+  afterAll(async () => t?.close());
+
+  it('reports both digests, an available update, a changed compose file and no update yet', async () => {
+    expect(await check(t)).toEqual({
+      updateAvailable: true,
+      currentDigest: 'sha256:old',
+      remoteDigest: 'sha256:new',
+      composeChanged: true,
+      lastUpdate: { status: null, detail: null, at: null, targetDigest: null },
+    });
+    expect(t.engine.calls).toContain('remoteDigest');
+  });
+
+  it('says no update and no change when the digests and files agree', async () => {
+    t.engine.registry.set(`${REPO}:dev-latest`, 'sha256:old');
+    t.engine.published = t.engine.local;
+    const c = await check(t);
+    expect(c).toMatchObject({ updateAvailable: false, remoteDigest: 'sha256:old', composeChanged: false });
+    expect(c.error).toBeUndefined();
+    t.engine.registry.set(`${REPO}:dev-latest`, 'sha256:new');
+  });
+
+  it('registry unreachable: updateAvailable false, remoteDigest null, error set', async () => {
+    t.engine.registryDown = true;
+    const c = await check(t);
+    t.engine.registryDown = false;
+    expect(c).toMatchObject({ updateAvailable: false, currentDigest: 'sha256:old', remoteDigest: null });
+    expect(c.error).toMatch(/^registry unreachable: .*connection refused/);
+  });
+
+  it('local compose file unreadable: composeChanged null, and the error says why', async () => {
+    t.engine.local = new Error('cannot read /opt/installer/docker-compose.yml: no such file');
+    const c = await check(t);
+    t.engine.local = 'services:\n  backend: {}\n';
+    expect(c.composeChanged).toBeNull();
+    expect(c.updateAvailable).toBe(true);
+    expect(c.error).toContain('local compose file unreadable');
+  });
+
+  it('needs a token', async () => {
+    const res = await t.app.inject({ method: 'GET', url: '/api/system/self-update-check' });
+    expect(res.statusCode).toBe(401);
+  });
+});
+
+describe('POST /api/system/self-update', () => {
+  let t: SelfUpdateApp;
+  afterEach(async () => t?.close());
+
+  it('starts the update once preflight passed: rollback pinned, file staged, audit row, helper of the exact shape', async () => {
+    t = await startSelfUpdateApp({ env: { SELF_UPDATE_WAIT_TIMEOUT_SECONDS: '45' } });
+    const res = await post(t);
+    expect(res.statusCode, res.body).toBe(200);
+    const body = res.json();
+    expect(body).toMatchObject({ started: true, targetDigest: 'sha256:new' });
+    expect(body.message).toContain('installer-self-updater');
+    expect(body.message).toContain('one to three minutes');
+
+    const e = t.engine;
+    expect(e.tags.get(`${REPO}:rollback`)).toBe('img-old');
+    expect(e.tags.get(`${REPO}:dev-latest`)).toBe('img-new');
+    expect(e.staged).toBe(e.published);
+    expect(e.calls.indexOf('pullByDigest')).toBeLessThan(e.calls.indexOf('tag:rollback'));
+    expect(e.calls.indexOf('removeHelper')).toBeLessThan(e.calls.indexOf('spawnHelper'));
+    expect(e.helpers).toHaveLength(1);
+    expect(e.helpers[0]!.spec).toEqual({
+      name: 'installer-self-updater',
+      image: `${REPO}:dev-latest`,
+      cmd: ['sh', '/usr/src/app/scripts/self-update.sh', 'installer', '/opt/installer', 'docker-compose.yml', '/var/tmp/installer/self-update/docker-compose.yml', 'rollback', 'dev-latest', 'backend'],
+      binds: ['/var/run/docker.sock:/var/run/docker.sock', '/opt/installer:/opt/installer', '/var/tmp/installer:/var/tmp/installer'],
+      env: ['SELF_UPDATE_WAIT_TIMEOUT=45'],
+      labels: expect.objectContaining({ 'io.installer.self-update.target': 'sha256:new' }),
+    });
+
+    const rows = await audit(t);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({
+      kind: 'self-update', status: 'started', actor: 'amy', actor_email: 'amy@example.com', target_digest: 'sha256:new',
+      schema_migration: await currentMigration(t.db.database.db),
+    });
+    expect(rows[0]!.schema_migration).toBe('0002_self_update');
+    expect((await check(t)).lastUpdate).toMatchObject({ status: 'started', targetDigest: 'sha256:new' });
+
+    // A second update while this one is in flight is refused.
+    const again = await post(t);
+    expect(again.statusCode).toBe(409);
+    expect(again.json().message).toMatch(/already in flight/);
+  });
+
+  it('answers started=false and spawns nothing when already newest', async () => {
+    const engine = new FakeEngine();
+    engine.registry.set(`${REPO}:dev-latest`, 'sha256:old');
+    t = await startSelfUpdateApp({ engine });
+    const before = engine.state();
+    const res = await post(t, auth(await t.token('viewer')));
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toMatchObject({ started: false, targetDigest: 'sha256:old' });
+    expect(engine.state()).toEqual(before);
+    expect(engine.calls).not.toContain('spawnHelper');
+    expect(await audit(t)).toHaveLength(0);
+    expect((await check(t)).lastUpdate.status).toBeNull();
+  });
+
+  it('400 when the target digest cannot be resolved, and nothing changed', async () => {
+    const engine = new FakeEngine();
+    engine.registryDown = true;
+    t = await startSelfUpdateApp({ engine });
+    const before = engine.state();
+    const res = await post(t);
+    expect(res.statusCode).toBe(400);
+    expect(res.json().message).toMatch(/cannot be resolved.*connection refused.*nothing was changed/);
+    expect(engine.state()).toEqual(before);
+    expect(await audit(t)).toHaveLength(0);
+    // Not in flight any more: the next request is taken.
+    engine.registryDown = false;
+    expect((await post(t)).statusCode).toBe(200);
+  });
+
+  it('400 when the channel is unknown (no INSTALLER_CHANNEL, a tag without prefix)', async () => {
+    const runtime = new FakeRuntime();
+    runtime.info = { ...runtime.info, image: `${REPO}:latest`, tag: 'latest' };
+    t = await startSelfUpdateApp({ runtime, env: { INSTALLER_CHANNEL: '' } });
+    const res = await post(t);
+    expect(res.statusCode).toBe(400);
+    expect(res.json().message).toContain('latest-latest');
+  });
+
+  for (const failing of ['ownCompose', 'publishedComposeFile', 'pullByDigest', 'tag:rollback', 'writeStaged', 'tag:dev-latest', 'removeHelper', 'spawnHelper']) {
+    it(`a preflight failure at ${failing} aborts with 503 and nothing changed`, async () => {
+      const engine = new FakeEngine();
+      engine.failing.add(failing);
+      t = await startSelfUpdateApp({ engine });
+      const before = engine.state();
+      const res = await post(t);
+      expect(res.statusCode, res.body).toBe(503);
+      expect(res.json().message).toMatch(/^self-update aborted in preflight: .*nothing was changed$/);
+      expect(engine.state()).toEqual(before);
+      // An audit row written before the failure is finished as failed; none stays `started`.
+      for (const r of await audit(t)) expect(r).toMatchObject({ status: 'failed', detail: expect.stringContaining('aborted before the helper ran') });
+      expect((await check(t)).lastUpdate.status).toBeNull();
+    });
+  }
+
+  it('aborts when the backend is not the compose project the helper would switch', async () => {
+    const engine = new FakeEngine();
+    engine.own = { project: 'installer-other', service: 'backend' };
+    t = await startSelfUpdateApp({ engine });
+    const res = await post(t);
+    expect(res.statusCode).toBe(503);
+    expect(res.json().message).toContain('belongs to compose project installer-other, not INSTALLER_PROJECT=installer');
+  });
+
+  it('409 when a deployment job is queued or running, decided before anything is written', async () => {
+    t = await startSelfUpdateApp();
+    const db = t.db.database.db;
+    const jobId = await createJob(db, { kind: 'restart', params: {}, actor: { id: 'bob' } });
+    const res = await post(t);
+    expect(res.statusCode).toBe(409);
+    expect(res.json().message).toMatch(new RegExp(`deployment job ${jobId} \\(restart\\) is queued: updating the installer now would kill it`));
+    expect(await listSelfUpdates(db)).toHaveLength(0);
+    await finishJob(db, jobId, { phase: 'completed', detail: null, exitCode: 0 });
+    expect((await post(t)).statusCode).toBe(200);
+  });
+
+  it('a deployment job cannot be queued while the request waits for preflight', async () => {
+    const engine = new FakeEngine();
+    t = await startSelfUpdateApp({ engine });
+    let refused: unknown = null;
+    engine.onResolve = async () => {
+      engine.onResolve = null;
+      // The job side takes the same lock and sees the update in flight.
+      refused = await createJob(t.db.database.db, { kind: 'pull', params: {}, actor: { id: 'bob' } }).then(() => null, (err: unknown) => err);
+    };
+    const res = await post(t);
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json().started).toBe(true);
+    expect(refused).toMatchObject({ statusCode: 409, message: expect.stringContaining('an installer self-update is in flight') });
+    expect(await t.db.database.db.selectFrom('deployment_jobs').selectAll().execute()).toEqual([]);
+  });
+
+  it('50 concurrent calls start exactly one update', async () => {
+    const engine = new FakeEngine();
+    engine.pullDelayMs = 300;
+    t = await startSelfUpdateApp({ engine });
+    const token = await t.token('operator');
+    const results = await Promise.all(Array.from({ length: 50 }, () => post(t, auth(token))));
+    const codes = results.map((r) => r.statusCode);
+    expect(codes.filter((c) => c === 200)).toHaveLength(1);
+    expect(codes.filter((c) => c === 409)).toHaveLength(49);
+    expect(results.find((r) => r.statusCode === 200)!.json().started).toBe(true);
+    expect(engine.helpers).toHaveLength(1);
+    expect(await listSelfUpdates(t.db.database.db)).toHaveLength(1);
+  });
+
+  it('the database refuses a second update in flight even without the API check', async () => {
+    t = await startSelfUpdateApp({ controllers: false });
+    const db = t.db.database.db;
+    const row = (id: string) => ({ request_id: id, actor: 'x' });
+    const status = (id: string) => ({ request_id: id, phase: 'preflight' as const, conditions: '[]' });
+    await db.insertInto('self_update_requests').values([row('00000000-0000-4000-8000-000000000001'), row('00000000-0000-4000-8000-000000000002')]).execute();
+    await db.insertInto('self_update_status').values(status('00000000-0000-4000-8000-000000000001')).execute();
+    await expect(db.insertInto('self_update_status').values(status('00000000-0000-4000-8000-000000000002')).execute()).rejects.toThrow(/self_update_one_in_flight/);
+  });
+
+  it('503 and the request withdrawn when no controller claims it', async () => {
+    t = await startSelfUpdateApp({ controllers: false });
+    const res = await post(t);
+    expect(res.statusCode).toBe(503);
+    expect(res.json().message).toMatch(/no self-update controller claimed the request/);
+    const [r] = await listSelfUpdates(t.db.database.db);
+    expect(r!.phase).toBe('aborted');
+  }, 20_000);
+
+  it('needs a signed-in caller', async () => {
+    t = await startSelfUpdateApp();
+    expect((await post(t, {})).statusCode).toBe(401);
+    expect((await post(t, { authorization: 'Bearer nope' })).statusCode).toBe(401);
+  });
+});
+
+describe('reconciling the outcome', () => {
+  const rolledBackExit = { state: 'exited' as const, exitCode: 0, status: 'rolled-back' as const, switchFailure: 'exit 1: dependency failed to start: container installer-backend is unhealthy', rollbackFailure: null };
+  let db: TestDatabase;
+  let first: SelfUpdateApp | undefined;
+  let second: SelfUpdateApp | undefined;
+  beforeAll(async () => (db = await createTestDatabase()));
+  afterEach(async () => {
+    await second?.close({ drop: false });
+    await first?.close({ drop: false });
+    first = second = undefined;
+    await db.database.db.deleteFrom('self_update_requests').execute();
+    await db.database.db.deleteFrom('deployment_actions').execute();
+    await sql`delete from kysely_migration where name = '0099_marker'`.execute(db.database.db);
+  });
+  afterAll(async () => db?.drop());
+
+  /** Starts an update on one backend and stops that backend, as the switch does. */
+  async function startUpdate(): Promise<{ engine: FakeEngine; requestId: string }> {
+    const engine = new FakeEngine();
+    first = await startSelfUpdateApp({ db, engine });
+    const res = await post(first);
+    expect(res.statusCode, res.body).toBe(200);
+    await first.close({ drop: false });
+    first = undefined;
+    const [r] = await listSelfUpdates(db.database.db);
+    expect(r!.phase).toBe('helper-running');
+    return { engine, requestId: r!.requestId };
+  }
+
+  /** The backend that comes up next, on `digest`. */
+  async function boot(engine: FakeEngine, digest: string, imageId: string, reference: string): Promise<SelfUpdateApp> {
+    const runtime = new FakeRuntime();
+    runtime.info = { ...runtime.info, digest, imageId, image: reference, tag: reference.split(':').pop()! };
+    second = await startSelfUpdateApp({ db, engine, runtime });
+    return second;
+  }
+
+  it('completed: the new backend runs the target digest once the helper exited 0', async () => {
+    const { engine, requestId } = await startUpdate();
+    const t = await boot(engine, 'sha256:new', 'img-new', `${REPO}:dev-latest`);
+    // Nothing is decided while the helper still runs: a new build may yet be judged unhealthy.
+    await new Promise((r) => setTimeout(r, 200));
+    expect((await getSelfUpdate(db.database.db, requestId))!.phase).toBe('helper-running');
+    engine.helpers[0]!.finish({ state: 'exited', exitCode: 0, status: 'ok', switchFailure: null, rollbackFailure: null });
+    const last = await eventually(async () => ((await check(t)).lastUpdate.status === 'completed' ? (await check(t)).lastUpdate : null), 'completed');
+    expect(last).toMatchObject({ status: 'completed', targetDigest: 'sha256:new', detail: 'updated to dev-latest (sha256:new) from sha256:old' });
+    expect(Date.parse(String(last.at))).toBeGreaterThan(Date.now() - 60_000);
+    expect(await audit(t)).toMatchObject([{ status: 'completed', exit_code: 0 }]);
+    expect((await check(t)).updateAvailable).toBe(false);
+  });
+
+  it('rolled back: the previous digest runs again; the reason comes from the helper', async () => {
+    const { engine } = await startUpdate();
+    const t = await boot(engine, 'sha256:old', 'img-old', `${REPO}:rollback`);
+    engine.helpers[0]!.finish(rolledBackExit);
+    const last = await eventually(async () => ((await check(t)).lastUpdate.status !== 'started' ? (await check(t)).lastUpdate : null), 'an outcome');
+    expect(last.status).toBe('rolled-back');
+    expect(last.detail).toBe('rolled back: the switch to dev-latest failed (exit 1: dependency failed to start: container installer-backend is unhealthy); helper exit 0; still on the previous image registry.test/installer:dev-41 (sha256:old)');
+    expect(await audit(t)).toMatchObject([{ status: 'failed', exit_code: 0, detail: last.detail }]);
+    expect(t.logs.join('')).not.toContain('"level":"error"');
+  });
+
+  it('rolled back onto a changed schema: the detail says so and it is logged at error level', async () => {
+    const { engine } = await startUpdate();
+    // The new build migrated the schema before it failed.
+    await sql`insert into kysely_migration (name, timestamp) values ('0099_marker', now())`.execute(db.database.db);
+    const t = await boot(engine, 'sha256:old', 'img-old', `${REPO}:rollback`);
+    engine.helpers[0]!.finish(rolledBackExit);
+    const last = await eventually(async () => ((await check(t)).lastUpdate.status !== 'started' ? (await check(t)).lastUpdate : null), 'an outcome');
+    expect(last).toMatchObject({ status: 'rolled-back', detail: 'ROLLED BACK ONTO A CHANGED SCHEMA' });
+    const errorLines = t.logs.filter((l) => l.includes('"level":"error"'));
+    expect(errorLines).toHaveLength(1);
+    expect(errorLines[0]).toContain('ROLLED BACK ONTO A CHANGED SCHEMA');
+    expect(errorLines[0]).toContain('0099_marker');
+    expect(errorLines[0]).toContain('"preUpdateMigration":"0002_self_update"');
+  });
+
+  it('neither: restarted on another image after the helper failed', async () => {
+    const { engine } = await startUpdate();
+    const t = await boot(engine, 'sha256:other', 'img-other', `${REPO}:dev-40`);
+    engine.helpers[0]!.finish({ state: 'exited', exitCode: 1, status: 'failed', switchFailure: 'exit 1: unhealthy', rollbackFailure: 'exit 1: container installer-backend exited (3)' });
+    const last = await eventually(async () => ((await check(t)).lastUpdate.status !== 'started' ? (await check(t)).lastUpdate : null), 'an outcome');
+    expect(last.status).toBe('neither');
+    expect(last.detail).toContain('restarted on registry.test/installer:dev-40 (sha256:other)');
+    expect(last.detail).toContain('the rollback failed too');
+  });
+
+  it('a helper that ends while its backend still runs is reconciled by that backend', async () => {
+    const engine = new FakeEngine();
+    first = await startSelfUpdateApp({ db, engine });
+    expect((await post(first)).statusCode).toBe(200);
+    engine.helpers[0]!.finish(rolledBackExit);
+    const t = first;
+    const last = await eventually(async () => ((await check(t)).lastUpdate.status !== 'started' ? (await check(t)).lastUpdate : null), 'an outcome');
+    expect(last.status).toBe('rolled-back');
+    // Not in flight any more.
+    engine.helpers = [];
+    expect((await post(first)).statusCode).toBe(200);
+  });
+
+  it('a restart during preflight undoes what preflight changed and aborts the request', async () => {
+    const engine = new FakeEngine();
+    first = await startSelfUpdateApp({ db, engine, controllers: false });
+    const ddb = db.database.db;
+    const id = '00000000-0000-4000-8000-0000000000aa';
+    await ddb.insertInto('self_update_requests').values({ request_id: id, actor: 'amy' }).execute();
+    const before = engine.state();
+    // What the chart had done before the process died: pinned rollback, staged the file.
+    engine.tags.set(`${REPO}:rollback`, 'img-old');
+    engine.staged = 'services:\n  new: {}\n';
+    const snapshot = { value: 'taggingNew', context: { changes: { rollbackTag: { before: 'img-older' }, stagedFile: { before: before.staged } }, target: { channel: 'dev', tag: 'dev-latest', digest: 'sha256:new' }, actionId: null } };
+    await ddb.insertInto('self_update_status').values({ request_id: id, phase: 'preflight', conditions: '[]', snapshot: JSON.stringify(snapshot) }).execute();
+    await first.close({ drop: false });
+    first = undefined;
+    second = await startSelfUpdateApp({ db, engine });
+    const r = await getSelfUpdate(ddb, id);
+    expect(r).toMatchObject({ phase: 'aborted', detail: 'interrupted: the backend restarted during preflight; nothing was changed' });
+    expect(engine.state()).toEqual(before);
+  });
+});

@@ -1,0 +1,215 @@
+// The installer updating itself on the real engine, registry and Postgres, driven through its API:
+// newest already, a good update, an unhealthy build rolled back, a build that migrates and then
+// fails (rolled back onto a changed schema), a failing rollback recovered by hand, and the refusals
+// (409 while a job runs or an update is in flight, 400 with the registry unreachable).
+// Images are built here and derived from the good one (test/fixtures/self-update).
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import { createServer, type Server, type Socket } from 'node:net';
+import path from 'node:path';
+import { ROOT } from '../helpers/process.ts';
+import { docker, freePort, run, startPlatform, type PlatformProject } from '../helpers/rig.ts';
+import { helperExit, helperLogs, helperState, Images, localDigest, STAGED_FILE, startInstaller, type InstallerUnderTest } from '../helpers/self-update-rig.ts';
+
+interface Check {
+  updateAvailable: boolean;
+  currentDigest: string | null;
+  remoteDigest: string | null;
+  composeChanged: boolean | null;
+  error?: string;
+  lastUpdate: { status: string | null; detail: string | null; at: string | null; targetDigest: string | null };
+}
+
+const images = new Images();
+let i: InstallerUnderTest;
+let platform: PlatformProject;
+const BASE = 'dev-e2e-base';
+
+beforeAll(async () => {
+  await images.buildBase(BASE);
+  await images.publish(BASE);
+  // All settled before a failure is thrown, so that afterAll cleans up every image built.
+  const built = await Promise.allSettled([
+    images.buildVariant('good', BASE, 'good-1'),
+    images.buildVariant('unhealthy', BASE, 'unhealthy'),
+    images.buildVariant('migrates-then-unhealthy', BASE, 'migrates'),
+    images.buildVariant('crashes', BASE, 'crashes'),
+  ]);
+  for (const b of built) if (b.status === 'rejected') throw b.reason;
+  platform = await startPlatform();
+  i = await startInstaller(images, BASE);
+});
+
+afterAll(async () => {
+  await i?.down();
+  await platform?.remove();
+  await images.cleanup();
+});
+
+const check = async () => {
+  const r = await i.get('/api/system/self-update-check');
+  expect(r.status, JSON.stringify(r.body)).toBe(200);
+  return r.body as Check;
+};
+const startUpdate = () => i.post('/api/system/self-update');
+const version = async () => (await i.get('/api/version')).body as { digest: string | null; image: string | null };
+const statusFile = () => readFileSync(path.join(i.stack.workDir, '.self-update-status'), 'utf8').trim();
+/** The backend answers on `digest` and has reconciled the update (lastUpdate no longer `started`). */
+const settled = (digest: string) =>
+  i.until(`the backend on ${digest} with a reconciled update`, async () => {
+    if ((await version()).digest !== digest) return null;
+    const c = await check();
+    return c.lastUpdate.status !== 'started' ? c : null;
+  });
+const backendLogs = async () => {
+  const r = await run('docker', ['logs', 'installer-backend']);
+  return r.stdout + r.stderr;
+};
+
+describe('self-update on the real engine', () => {
+  it('1. newest already: started=false and no helper container', async () => {
+    const c = await check();
+    expect(c).toMatchObject({ updateAvailable: false, currentDigest: images.digests.get(BASE), remoteDigest: images.digests.get(BASE), composeChanged: true });
+    expect(c.lastUpdate).toEqual({ status: null, detail: null, at: null, targetDigest: null });
+    const r = await startUpdate();
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.body).toMatchObject({ started: false, targetDigest: images.digests.get(BASE) });
+    expect(await helperState()).toBeNull();
+  });
+
+  it('2. a good new build: updated, /api/version = targetDigest, helper exit 0, status ok, platform untouched', async () => {
+    const target = await images.publish('good-1');
+    const before = await platform.containers();
+    const c = await check();
+    expect(c).toMatchObject({ updateAvailable: true, remoteDigest: target, currentDigest: images.digests.get(BASE) });
+
+    const r = await startUpdate();
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.body).toMatchObject({ started: true, targetDigest: target });
+    // A second update while this one is in flight.
+    const again = await startUpdate();
+    expect(again.status, JSON.stringify(again.body)).toBe(409);
+
+    const h = (await helperState())!;
+    expect(h.cmd).toEqual(['sh', '/usr/src/app/scripts/self-update.sh', i.stack.project, i.stack.workDir, 'docker-compose.dev.yml', STAGED_FILE, 'rollback', 'dev-latest', 'backend']);
+    expect(h.image).toBe(images.ref('dev-latest'));
+    expect(h.binds).toEqual(['/var/run/docker.sock:/var/run/docker.sock', `${i.stack.workDir}:${i.stack.workDir}`, '/var/tmp/installer:/var/tmp/installer']);
+    expect(h.healthcheck).toEqual(['NONE']);
+    expect(h.autoRemove).toBe(false);
+    expect(readFileSync(STAGED_FILE, 'utf8')).toBe(i.publishedText);
+    expect(await localDigest(images.ref('rollback'))).toBe(images.digests.get(BASE));
+
+    expect(await helperExit()).toBe(0);
+    expect(statusFile()).toBe('ok');
+    const after = await settled(target);
+    expect((await version()).digest).toBe(target);
+    expect(after).toMatchObject({ updateAvailable: false, currentDigest: target, composeChanged: false, lastUpdate: { status: 'completed', targetDigest: target } });
+    expect(readFileSync(i.stack.composeFile, 'utf8')).toBe(i.publishedText);
+    expect(readFileSync(`${i.stack.composeFile}.pre-update`, 'utf8')).toBe(readFileSync(path.join(ROOT, 'deploy/docker-compose.dev.yml'), 'utf8'));
+    expect((await i.get('/api/health')).body).toEqual({ status: 'ok', db: 'up' });
+    // The platform was not pulled, recreated or restarted.
+    expect(await platform.containers()).toEqual(before);
+    const actions = (await i.get('/api/deployment/actions?limit=5')).body as { kind: string; status: string; targetDigest: string; schemaMigration: string; actor: string }[];
+    expect(actions.find((a) => a.kind === 'self-update')).toMatchObject({ status: 'completed', targetDigest: target, schemaMigration: '0002_self_update', actor: 'admin' });
+  });
+
+  it('3. a build whose healthcheck fails: rolled back, helper exit 0, back on the old digest with the reason', async () => {
+    const previous = (await version()).digest!;
+    const target = await images.publish('unhealthy');
+    const r = await startUpdate();
+    expect(r.body).toMatchObject({ started: true, targetDigest: target });
+    expect(await helperExit()).toBe(0);
+    expect(statusFile()).toBe('rolled-back');
+    const c = await settled(previous);
+    expect(c.lastUpdate.status).toBe('rolled-back');
+    expect(c.lastUpdate.targetDigest).toBe(target);
+    expect(c.lastUpdate.detail).toMatch(/^rolled back: the switch to dev-latest failed \(exit 1: .*unhealthy.*\); helper exit 0; still on the previous image .*/);
+    expect((await version()).image).toBe(images.ref('rollback'));
+    expect(c).toMatchObject({ updateAvailable: true, currentDigest: previous, remoteDigest: target });
+  });
+
+  it('4. a build that migrates the schema and then fails: ROLLED BACK ONTO A CHANGED SCHEMA, logged at error level', async () => {
+    const previous = (await version()).digest!;
+    const target = await images.publish('migrates');
+    const r = await startUpdate();
+    expect(r.body).toMatchObject({ started: true, targetDigest: target });
+    expect(await helperExit()).toBe(0);
+    expect(statusFile()).toBe('rolled-back');
+    const c = await settled(previous);
+    expect(c.lastUpdate).toMatchObject({ status: 'rolled-back', detail: 'ROLLED BACK ONTO A CHANGED SCHEMA', targetDigest: target });
+    const errorLine = (await backendLogs()).split('\n').find((l) => l.includes('"level":"error"') && l.includes('ROLLED BACK ONTO A CHANGED SCHEMA'));
+    expect(errorLine).toBeDefined();
+    expect(errorLine).toContain('0099_self_update_test_marker');
+    expect(errorLine).toContain('"preUpdateMigration":"0002_self_update"');
+  });
+
+  it('5. a failing build and a failing rollback tag: status failed, exit 1, recovery text; reconciled after a manual compose up', async () => {
+    const target = await images.publish('unhealthy');
+    const r = await startUpdate();
+    expect(r.body).toMatchObject({ started: true, targetDigest: target });
+    // Preflight pinned `rollback` to the running image; make that tag a build that crashes.
+    await images.tagLocal(images.ref('crashes'), images.ref('rollback'));
+    expect(await helperExit()).toBe(1);
+    expect(statusFile()).toBe('failed');
+    const logs = await helperLogs();
+    expect(logs).toContain('self-update: rollback failed: exit 1');
+    expect(logs).toContain('fetch the installer compose file from object storage');
+    expect(logs).toContain('docker compose pull && docker compose up -d');
+    await expect(fetch(`${i.stack.baseUrl}/api/health`, { signal: AbortSignal.timeout(2_000) })).rejects.toThrow();
+
+    // The operator brings a good image up by hand; its boot reconciles the update.
+    await i.stack.compose(['up', '-d', '--wait', '--wait-timeout', '120', 'backend'], { VERSION: BASE });
+    const base = images.digests.get(BASE)!;
+    const c = await settled(base);
+    expect(c.lastUpdate.status).toBe('neither');
+    expect(c.lastUpdate.targetDigest).toBe(target);
+    expect(c.lastUpdate.detail).toContain(`restarted on ${images.ref(BASE)} (${base}), which is neither the target ${target}`);
+    expect(c.lastUpdate.detail).toContain('the rollback failed too');
+  });
+
+  it('6. 409 while a deployment job runs; 400 with the registry unreachable and nothing changed', async () => {
+    // A platform pull from a registry that accepts connections and never answers keeps a job running.
+    const sockets: Socket[] = [];
+    const silent: Server = createServer((s) => sockets.push(s));
+    const port = await freePort();
+    await new Promise<void>((r) => silent.listen(port, '127.0.0.1', r));
+    try {
+      await docker(['exec', 'installer-backend', 'mkdir', '-p', '/var/lib/installer/platform']);
+      const file = path.join(i.stack.workDir, 'hanging-platform.yml');
+      writeFileSync(file, `services:\n  hang:\n    image: 127.0.0.1:${port}/hang/forever:1\n`);
+      await docker(['cp', file, 'installer-backend:/var/lib/installer/platform/docker-compose.yml']);
+      const job = await i.post('/api/deployment/jobs', { action: 'pull' });
+      expect(job.status, JSON.stringify(job.body)).toBe(202);
+      const jobId = (job.body as { jobId: string }).jobId;
+      await i.until('the job running', async () => ((await i.get(`/api/deployment/jobs/${jobId}`)).body as { phase: string }).phase === 'running', 30_000);
+      const refused = await startUpdate();
+      expect(refused.status).toBe(409);
+      expect((refused.body as { message: string }).message).toContain(`deployment job ${jobId} (pull) is running`);
+      expect(await helperState()).toMatchObject({ running: false, exitCode: 1 }); // still the helper of scenario 5
+      expect((await i.post(`/api/deployment/jobs/${jobId}/cancel`)).status).toBe(202);
+      await i.until('the job ended', async () => ['completed', 'failed'].includes(((await i.get(`/api/deployment/jobs/${jobId}`)).body as { phase: string }).phase), 60_000);
+    } finally {
+      for (const s of sockets) s.destroy();
+      silent.close();
+    }
+
+    // The same backend, told to use a registry nobody listens on.
+    const unreachable = `127.0.0.1:5999/${images.namespace}`;
+    await images.tagLocal(images.ref(BASE), `${unreachable}/installer:${BASE}`);
+    await i.stack.compose(['up', '-d', '--wait', '--wait-timeout', '120', 'backend'], { VERSION: BASE, INSTALLER_REGISTRY: unreachable });
+    const c = await check();
+    expect(c).toMatchObject({ updateAvailable: false, remoteDigest: null });
+    expect(c.error).toMatch(/registry unreachable: .*127\.0\.0\.1:5999.*connection refused/);
+
+    const staged = { text: readFileSync(STAGED_FILE, 'utf8'), mtime: statSync(STAGED_FILE).mtimeMs };
+    const helperBefore = (await helperState())!.id;
+    const actionsBefore = (await i.get('/api/deployment/actions?limit=50')).body as unknown[];
+    const r = await startUpdate();
+    expect(r.status).toBe(400);
+    expect((r.body as { message: string }).message).toMatch(/cannot be resolved.*127\.0\.0\.1:5999.*connection refused.*nothing was changed/);
+    expect((await run('docker', ['image', 'inspect', `${unreachable}/installer:rollback`])).code).not.toBe(0);
+    expect({ text: readFileSync(STAGED_FILE, 'utf8'), mtime: statSync(STAGED_FILE).mtimeMs }).toEqual(staged);
+    expect((await helperState())!.id).toBe(helperBefore);
+    expect((await i.get('/api/deployment/actions?limit=50')).body).toEqual(actionsBefore);
+  });
+});

@@ -1,0 +1,244 @@
+// Self-update API tests: the real app, controller and Postgres, with the engine and host held in
+// memory (tags, registry, staged file, helper), so that every preflight step can be made to fail
+// and what it changed can be compared before and after.
+import { Writable } from 'node:stream';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import type { FastifyInstance } from 'fastify';
+import { buildApp } from '../../src/api/app.ts';
+import { wire, type Wired } from '../../src/wiring.ts';
+import { loadSettings, type Settings } from '../../src/config.ts';
+import { createLogger } from '../../src/logger.ts';
+import { createUser } from '../../src/state/users.ts';
+import type { RuntimePort, VersionInfo } from '../../src/api/ports.ts';
+import type { HelperExit, HelperSpec, SelfUpdateEngine } from '../../src/adapters/self-update.ts';
+import { createTestDatabase, type TestDatabase } from './db.ts';
+import { PASSWORDS, TEST_SECRETS } from './app.ts';
+import type { Role } from '../../src/db/schema.ts';
+
+export const REPO = 'registry.test/installer';
+
+export class FakeRuntime implements RuntimePort {
+  info: VersionInfo = { inContainer: true, image: `${REPO}:dev-41`, tag: 'dev-41', digest: 'sha256:old', imageId: 'img-old', containerId: 'c-backend' };
+  async version(): Promise<VersionInfo> {
+    return { ...this.info };
+  }
+}
+
+interface Helper {
+  id: string;
+  spec: HelperSpec;
+  running: boolean;
+  exit: HelperExit | null;
+  finish: (exit: HelperExit) => void;
+}
+
+/** The engine, registry and host files of one installer, in memory. */
+export class FakeEngine implements SelfUpdateEngine {
+  /** Registry: reference → digest. */
+  registry = new Map<string, string>([[`${REPO}:dev-latest`, 'sha256:new']]);
+  registryDown = false;
+  /** Digest → image id, for what a pull by digest brings in. */
+  pullable = new Map<string, string>([['sha256:new', 'img-new'], ['sha256:old', 'img-old']]);
+  /** Local tags: reference → image id. */
+  tags = new Map<string, string>([[`${REPO}:dev-41`, 'img-old'], [`${REPO}:rollback`, 'img-older'], [`${REPO}:dev-latest`, 'img-stale']]);
+  staged: string | null = 'services:\n  staged-before: {}\n';
+  local: string | Error = 'services:\n  backend: {}\n';
+  published: string | Error = 'services:\n  backend: {}\n  # published\n';
+  own: { project: string | null; service: string | null } | null = { project: 'installer', service: 'backend' };
+  helpers: Helper[] = [];
+  /** Method names that throw. */
+  failing = new Set<string>();
+  /** Runs inside remoteDigest (to make something happen while a request is in preflight). */
+  onResolve: (() => Promise<void>) | null = null;
+  /** Delay of the pull, to keep an update in preflight for a while. */
+  pullDelayMs = 0;
+  calls: string[] = [];
+
+  private check(name: string): void {
+    this.calls.push(name);
+    if (this.failing.has(name)) throw new Error(`${name} failed (injected)`);
+  }
+
+  state() {
+    return { tags: new Map(this.tags), staged: this.staged, helpers: this.helpers.map((h) => h.id) };
+  }
+
+  async remoteDigest(reference: string): Promise<string> {
+    this.check('remoteDigest');
+    if (this.onResolve) await this.onResolve();
+    if (this.registryDown) throw new Error(`cannot resolve ${reference} in the registry: dial tcp 127.0.0.1:5999: connect: connection refused`);
+    const d = this.registry.get(reference);
+    if (!d) throw new Error(`cannot resolve ${reference} in the registry: manifest unknown`);
+    return d;
+  }
+  async localComposeFile(): Promise<string> {
+    this.check('localComposeFile');
+    if (this.local instanceof Error) throw this.local;
+    return this.local;
+  }
+  async publishedComposeFile(): Promise<string> {
+    this.check('publishedComposeFile');
+    if (this.published instanceof Error) throw this.published;
+    return this.published;
+  }
+  async ownCompose() {
+    this.check('ownCompose');
+    return this.own;
+  }
+  async pullByDigest(_repository: string, digest: string): Promise<string> {
+    this.check('pullByDigest');
+    if (this.pullDelayMs) await new Promise((r) => setTimeout(r, this.pullDelayMs));
+    const id = this.pullable.get(digest);
+    if (!id) throw new Error(`manifest unknown: ${digest}`);
+    return id;
+  }
+  async imageIdOf(reference: string): Promise<string | null> {
+    this.check('imageIdOf');
+    return this.tags.get(reference) ?? null;
+  }
+  async tag(imageId: string, repository: string, tag: string): Promise<void> {
+    this.check(`tag:${tag}`);
+    this.tags.set(`${repository}:${tag}`, imageId);
+  }
+  async untag(reference: string): Promise<void> {
+    this.check('untag');
+    this.tags.delete(reference);
+  }
+  async readStaged(): Promise<string | null> {
+    this.check('readStaged');
+    return this.staged;
+  }
+  async writeStaged(content: string): Promise<void> {
+    this.check('writeStaged');
+    this.staged = content;
+  }
+  async removeStaged(): Promise<void> {
+    this.check('removeStaged');
+    this.staged = null;
+  }
+  async removeHelper(): Promise<boolean> {
+    this.check('removeHelper');
+    const before = this.helpers.length;
+    this.helpers = this.helpers.filter((h) => h.spec.name !== 'installer-self-updater');
+    return this.helpers.length < before;
+  }
+  async spawnHelper(spec: HelperSpec): Promise<string> {
+    this.check('spawnHelper');
+    let finish!: (e: HelperExit) => void;
+    const h: Helper = { id: `helper-${this.helpers.length + 1}`, spec, running: true, exit: null, finish: (e) => finish(e) };
+    const exited = new Promise<HelperExit>((r) => (finish = r));
+    void exited.then((e) => {
+      h.running = false;
+      h.exit = e;
+    });
+    this.exits.set(h.id, exited);
+    this.helpers.push(h);
+    return h.id;
+  }
+  private exits = new Map<string, Promise<HelperExit>>();
+  async helperOf(requestId: string): Promise<{ id: string; running: boolean } | null> {
+    const h = this.helpers.find((x) => x.spec.labels['io.installer.self-update.request'] === requestId);
+    return h ? { id: h.id, running: h.running } : null;
+  }
+  /** A helper left by an earlier backend (boot tests): already exited. */
+  addExitedHelper(id: string, exit: HelperExit, requestId = 'earlier'): void {
+    const spec: HelperSpec = { name: 'installer-self-updater', image: `${REPO}:dev-latest`, cmd: [], binds: [], env: [], labels: { 'io.installer.self-update.request': requestId } };
+    this.helpers.push({ id, spec, running: false, exit, finish: () => {} });
+    this.exits.set(id, Promise.resolve(exit));
+  }
+  async waitHelper(id: string | null, opts: { deadline: Date | null; signal: AbortSignal }): Promise<HelperExit> {
+    this.check('waitHelper');
+    const exited = id ? this.exits.get(id) : undefined;
+    if (!exited) return { state: 'missing', exitCode: null, status: null, switchFailure: null, rollbackFailure: null };
+    return new Promise<HelperExit>((resolve, reject) => {
+      opts.signal.addEventListener('abort', () => reject(new Error('stopped waiting for the helper')), { once: true });
+      void exited.then(resolve);
+    });
+  }
+}
+
+export interface SelfUpdateApp {
+  app: FastifyInstance;
+  wired: Wired;
+  db: TestDatabase;
+  settings: Settings;
+  engine: FakeEngine;
+  runtime: FakeRuntime;
+  logs: string[];
+  token(role: Role): Promise<string>;
+  /** Stops the app; the database stays for a following "boot" unless `drop` is set. */
+  close(opts?: { drop?: boolean }): Promise<void>;
+}
+
+export async function startSelfUpdateApp(opts: { db?: TestDatabase; engine?: FakeEngine; runtime?: FakeRuntime; env?: Record<string, string>; controllers?: boolean } = {}): Promise<SelfUpdateApp> {
+  const fresh = !opts.db;
+  const db = opts.db ?? (await createTestDatabase());
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'installer-su-'));
+  const settings = loadSettings(
+    {
+      NODE_ENV: 'test', DATA_DIR: dataDir, DATABASE_URL: db.url, LOG_LEVEL: 'info', ...TEST_SECRETS,
+      INSTALLER_REGISTRY: 'registry.test', INSTALLER_CHANNEL: 'dev', INSTALLER_WORK_DIR: '/opt/installer', STAGING_ROOT: '/var/tmp/installer',
+      ...opts.env,
+    },
+    { readFile: () => '' },
+  );
+  const logs: string[] = [];
+  const destination = new Writable({
+    write(chunk, _enc, cb) {
+      logs.push(String(chunk));
+      cb();
+    },
+  });
+  const logger = createLogger({ level: 'trace', secrets: Object.values(TEST_SECRETS), destination });
+  if (fresh) for (const role of ['admin', 'operator', 'viewer'] as const) await createUser(db.database.db, { username: role, password: PASSWORDS[role], role });
+  const engine = opts.engine ?? new FakeEngine();
+  const runtime = opts.runtime ?? new FakeRuntime();
+  const secrets = {
+    jwtSecret: TEST_SECRETS.JWT_SECRET,
+    encryptionKey: TEST_SECRETS.ENCRYPTION_KEY,
+    serviceToken: TEST_SECRETS.SERVICE_TOKEN,
+    databasePassword: TEST_SECRETS.DATABASE_PASSWORD,
+    serviceTokenFile: path.join(dataDir, 'secrets', 'service-token'),
+  };
+  const wired = wire({ settings, secrets, logger, database: db.database }, { runtime, selfUpdateEngine: engine });
+  const app = await buildApp(wired.deps);
+  await app.ready();
+  if (opts.controllers !== false) await wired.selfUpdate.start();
+  const tokens = new Map<Role, string>();
+  return {
+    app, wired, db, settings, engine, runtime, logs,
+    async token(role) {
+      const cached = tokens.get(role);
+      if (cached) return cached;
+      const remoteAddress = `127.0.2.${['admin', 'operator', 'viewer'].indexOf(role) + 1}`;
+      const res = await app.inject({ method: 'POST', url: '/api/auth/login', remoteAddress, payload: { username: role, password: PASSWORDS[role] } });
+      if (res.statusCode !== 200) throw new Error(`login as ${role} failed: ${res.body}`);
+      const t = (res.json() as { token: string }).token;
+      tokens.set(role, t);
+      return t;
+    },
+    async close(o = {}) {
+      await wired.selfUpdate.stop();
+      await app.close();
+      if (o.drop ?? fresh) await db.drop();
+    },
+  };
+}
+
+/** Polls until `fn` returns a truthy value. */
+export async function eventually<T>(fn: () => Promise<T | undefined | null | false>, what: string, timeoutMs = 10_000, everyMs = 50): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}

@@ -1,0 +1,80 @@
+// Browser tests of the operator UI: Debian's Chromium driven by playwright-core (never a
+// downloaded browser), against the real backend listening on 127.0.0.1.
+import { spawnSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { NODE, ROOT } from './process.ts';
+import { PASSWORDS } from './app.ts';
+import type { Role } from '../../src/db/schema.ts';
+
+export const CHROMIUM = '/usr/bin/chromium';
+export const UI_DIR = path.join(ROOT, 'src/ui');
+export const UI_DIST = path.join(UI_DIR, 'dist');
+export const ARTIFACTS = path.join(ROOT, '.artifacts/ui');
+export const DOC_SHOTS = path.join(ROOT, 'docs/ui');
+
+function newest(dir: string): number {
+  let t = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    if (e.name === 'dist' || e.name === 'node_modules') continue;
+    const p = path.join(dir, e.name);
+    t = Math.max(t, e.isDirectory() ? newest(p) : statSync(p).mtimeMs);
+  }
+  return t;
+}
+
+/** Builds the UI with Vite when dist is missing or older than its sources (`npm test` builds it first). */
+export function ensureUiBuilt(): void {
+  const index = path.join(UI_DIST, 'index.html');
+  if (existsSync(index) && statSync(index).mtimeMs >= newest(UI_DIR)) return;
+  const r = spawnSync(NODE, [path.join(ROOT, 'node_modules/vite/bin/vite.js'), 'build', UI_DIR], { cwd: ROOT, encoding: 'utf8', timeout: 120_000 });
+  if (r.status !== 0) throw new Error(`vite build failed (${r.status}):\n${r.stdout}\n${r.stderr}`);
+}
+
+export async function launchChromium(): Promise<Browser> {
+  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: scripts/rig/setup.sh installs Debian's chromium`);
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    // playwright-core gives every launch a fresh temporary profile.
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+}
+
+export async function newPage(browser: Browser, opts: { acceptDownloads?: boolean } = {}): Promise<{ context: BrowserContext; page: Page }> {
+  const context = await browser.newContext({ viewport: { width: 1360, height: 900 }, acceptDownloads: opts.acceptDownloads ?? false, timezoneId: 'UTC', locale: 'en-GB' });
+  const page = await context.newPage();
+  page.setDefaultTimeout(20_000);
+  return { context, page };
+}
+
+/** Signs in through the sign-in form and waits for the app. */
+export async function signIn(page: Page, base: string, role: Role, next = '/'): Promise<void> {
+  await page.goto(`${base}/login?next=${encodeURIComponent(next)}`);
+  await page.getByLabel('User name').fill(role);
+  await page.getByLabel('Password').fill(PASSWORDS[role]);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByTestId('user').waitFor();
+}
+
+/** Puts a token where the app keeps it, before any page script runs (skips the form). */
+export async function useToken(context: BrowserContext, token: string): Promise<void> {
+  await context.addInitScript((t) => sessionStorage.setItem('installer.token', t), token);
+}
+
+/**
+ * Saves a screenshot as a test artifact (.artifacts/ui/, ignored by git). The screens the
+ * documentation shows (docs/ui.md) are also copied to docs/ui/ when UI_DOC_SCREENSHOTS=1, so that an
+ * ordinary test run leaves the work tree clean: `UI_DOC_SCREENSHOTS=1 npx vitest run test/e2e/ui`.
+ */
+export async function shoot(page: Page, name: string, opts: { doc?: boolean; fullPage?: boolean } = {}): Promise<string> {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  const file = path.join(ARTIFACTS, `${name}.png`);
+  await page.screenshot({ path: file, fullPage: opts.fullPage ?? false, animations: 'disabled', caret: 'hide' });
+  if (opts.doc && process.env.UI_DOC_SCREENSHOTS === '1') {
+    mkdirSync(DOC_SHOTS, { recursive: true });
+    copyFileSync(file, path.join(DOC_SHOTS, `${name}.png`));
+  }
+  return file;
+}
