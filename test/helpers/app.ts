@@ -6,6 +6,7 @@ import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/api/app.ts';
 import { wire, type Wired } from '../../src/wiring.ts';
+import type { SelfUpdateEngine } from '../../src/adapters/self-update.ts';
 import { loadSettings, type Settings } from '../../src/config.ts';
 import { createLogger } from '../../src/logger.ts';
 import { createUser } from '../../src/state/users.ts';
@@ -33,7 +34,8 @@ export interface TestApp {
   settings: Settings;
   logs: string[];
   token(role: Role): Promise<string>;
-  close(): Promise<void>;
+  /** Stops the app; drops the database it created unless `drop` is false (a reused one is kept unless `drop` is true). */
+  close(opts?: { drop?: boolean }): Promise<void>;
 }
 
 const notInContainer: RuntimePort = {
@@ -46,14 +48,19 @@ const notInContainer: RuntimePort = {
 export interface TestAppOptions {
   env?: Record<string, string>;
   runtime?: RuntimePort;
-  /** Start the controllers (jobs) too, as the server does. */
-  controllers?: boolean;
+  /** Start the controllers too, as the server does; or a function that starts only some of them. */
+  controllers?: boolean | ((wired: Wired) => Promise<void>);
+  /** An existing database (a later "boot" of the same installer): users are not added again, and close keeps it. */
+  db?: TestDatabase;
+  /** Replaces the self-update engine adapter (for chart-level tests of the controller). */
+  selfUpdateEngine?: SelfUpdateEngine;
   /** Platform container logs; default: the real engine adapter, as the server wires it; null: none (the log routes answer 503). */
   logs?: ContainerLogsPort | null;
 }
 
 export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
-  const db = await createTestDatabase();
+  const fresh = !opts.db;
+  const db = opts.db ?? (await createTestDatabase());
   const dataDir = mkdtempSync(path.join(tmpdir(), 'installer-test-'));
   const settings = loadSettings(
     { NODE_ENV: 'test', DATA_DIR: dataDir, DATABASE_URL: db.url, LOG_LEVEL: 'info', ...TEST_SECRETS, ...opts.env },
@@ -67,8 +74,10 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
     },
   });
   const logger = createLogger({ level: 'trace', secrets: Object.values(TEST_SECRETS), destination });
-  for (const role of ['admin', 'operator', 'viewer'] as const) {
-    await createUser(db.database.db, { username: role, password: PASSWORDS[role], role });
+  if (fresh) {
+    for (const role of ['admin', 'operator', 'viewer'] as const) {
+      await createUser(db.database.db, { username: role, password: PASSWORDS[role], role });
+    }
   }
   const secrets = {
     jwtSecret: TEST_SECRETS.JWT_SECRET,
@@ -77,12 +86,16 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
     databasePassword: TEST_SECRETS.DATABASE_PASSWORD,
     serviceTokenFile: path.join(dataDir, 'secrets', 'service-token'),
   };
-  const wired = wire({ settings, secrets, logger, database: db.database }, { runtime: opts.runtime ?? notInContainer });
+  const wired = wire(
+    { settings, secrets, logger, database: db.database },
+    { runtime: opts.runtime ?? notInContainer, ...(opts.selfUpdateEngine ? { selfUpdateEngine: opts.selfUpdateEngine } : {}) },
+  );
   const { logs: realLogs, ...deps } = wired.deps;
   const logsPort = opts.logs === undefined ? realLogs : opts.logs;
   const app = await buildApp({ ...deps, ...(logsPort ? { logs: logsPort } : {}) });
   await app.ready();
-  if (opts.controllers) await wired.start();
+  if (typeof opts.controllers === 'function') await opts.controllers(wired);
+  else if (opts.controllers) await wired.start();
   const tokens = new Map<Role, string>();
   return {
     app,
@@ -101,10 +114,10 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
       tokens.set(role, t);
       return t;
     },
-    async close() {
+    async close(o = {}) {
       await wired.stop();
       await app.close();
-      await db.drop();
+      if (o.drop ?? fresh) await db.drop();
     },
   };
 }

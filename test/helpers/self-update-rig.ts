@@ -7,6 +7,7 @@ import path from 'node:path';
 import { ROOT } from './process.ts';
 import { docker, must, REGISTRY, run } from './rig.ts';
 import { startStack, type Stack } from './stack.ts';
+import { eventually } from './self-update.ts';
 
 export const FIXTURES = path.join(ROOT, 'test/fixtures/self-update');
 export type Variant = 'good' | 'unhealthy' | 'migrates-then-unhealthy' | 'crashes';
@@ -178,20 +179,7 @@ export async function startInstaller(images: Images, tag: string, env: Record<st
     publishedText,
     get: (p) => call('GET', p),
     post: (p, body) => call('POST', p, body),
-    async until(what, fn, timeoutMs = 180_000) {
-      const end = Date.now() + timeoutMs;
-      let last: unknown;
-      for (;;) {
-        try {
-          const v = await fn();
-          if (v) return v;
-        } catch (err) {
-          last = err;
-        }
-        if (Date.now() > end) throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
-        await new Promise((r) => setTimeout(r, 250));
-      }
-    },
+    until: (what, fn, timeoutMs = 180_000) => eventually(fn, what, timeoutMs, 250),
     async down() {
       await stack.down();
       await run('docker', ['rm', '-f', HELPER]);

@@ -1,20 +1,13 @@
 // Self-update API tests: the real app, controller and Postgres, with the engine and host held in
 // memory (tags, registry, staged file, helper), so that every preflight step can be made to fail
 // and what it changed can be compared before and after.
-import { Writable } from 'node:stream';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import { buildApp } from '../../src/api/app.ts';
-import { wire, type Wired } from '../../src/wiring.ts';
-import { loadSettings, type Settings } from '../../src/config.ts';
-import { createLogger } from '../../src/logger.ts';
-import { createUser } from '../../src/state/users.ts';
+import type { Wired } from '../../src/wiring.ts';
+import type { Settings } from '../../src/config.ts';
 import type { RuntimePort, VersionInfo } from '../../src/api/ports.ts';
 import type { HelperExit, HelperSpec, SelfUpdateEngine } from '../../src/adapters/self-update.ts';
-import { createTestDatabase, type TestDatabase } from './db.ts';
-import { PASSWORDS, TEST_SECRETS } from './app.ts';
+import type { TestDatabase } from './db.ts';
+import { startTestApp } from './app.ts';
 import type { Role } from '../../src/db/schema.ts';
 
 export const REPO = 'registry.test/installer';
@@ -173,58 +166,17 @@ export interface SelfUpdateApp {
 }
 
 export async function startSelfUpdateApp(opts: { db?: TestDatabase; engine?: FakeEngine; runtime?: FakeRuntime; env?: Record<string, string>; controllers?: boolean } = {}): Promise<SelfUpdateApp> {
-  const fresh = !opts.db;
-  const db = opts.db ?? (await createTestDatabase());
-  const dataDir = mkdtempSync(path.join(tmpdir(), 'installer-su-'));
-  const settings = loadSettings(
-    {
-      NODE_ENV: 'test', DATA_DIR: dataDir, DATABASE_URL: db.url, LOG_LEVEL: 'info', ...TEST_SECRETS,
-      INSTALLER_REGISTRY: 'registry.test', INSTALLER_CHANNEL: 'dev', INSTALLER_WORK_DIR: '/opt/installer', STAGING_ROOT: '/var/tmp/installer',
-      ...opts.env,
-    },
-    { readFile: () => '' },
-  );
-  const logs: string[] = [];
-  const destination = new Writable({
-    write(chunk, _enc, cb) {
-      logs.push(String(chunk));
-      cb();
-    },
-  });
-  const logger = createLogger({ level: 'trace', secrets: Object.values(TEST_SECRETS), destination });
-  if (fresh) for (const role of ['admin', 'operator', 'viewer'] as const) await createUser(db.database.db, { username: role, password: PASSWORDS[role], role });
   const engine = opts.engine ?? new FakeEngine();
   const runtime = opts.runtime ?? new FakeRuntime();
-  const secrets = {
-    jwtSecret: TEST_SECRETS.JWT_SECRET,
-    encryptionKey: TEST_SECRETS.ENCRYPTION_KEY,
-    serviceToken: TEST_SECRETS.SERVICE_TOKEN,
-    databasePassword: TEST_SECRETS.DATABASE_PASSWORD,
-    serviceTokenFile: path.join(dataDir, 'secrets', 'service-token'),
-  };
-  const wired = wire({ settings, secrets, logger, database: db.database }, { runtime, selfUpdateEngine: engine });
-  const app = await buildApp(wired.deps);
-  await app.ready();
-  if (opts.controllers !== false) await wired.selfUpdate.start();
-  const tokens = new Map<Role, string>();
-  return {
-    app, wired, db, settings, engine, runtime, logs,
-    async token(role) {
-      const cached = tokens.get(role);
-      if (cached) return cached;
-      const remoteAddress = `127.0.2.${['admin', 'operator', 'viewer'].indexOf(role) + 1}`;
-      const res = await app.inject({ method: 'POST', url: '/api/auth/login', remoteAddress, payload: { username: role, password: PASSWORDS[role] } });
-      if (res.statusCode !== 200) throw new Error(`login as ${role} failed: ${res.body}`);
-      const t = (res.json() as { token: string }).token;
-      tokens.set(role, t);
-      return t;
-    },
-    async close(o = {}) {
-      await wired.selfUpdate.stop();
-      await app.close();
-      if (o.drop ?? fresh) await db.drop();
-    },
-  };
+  const t = await startTestApp({
+    ...(opts.db ? { db: opts.db } : {}),
+    runtime,
+    selfUpdateEngine: engine,
+    env: { INSTALLER_REGISTRY: 'registry.test', INSTALLER_CHANNEL: 'dev', INSTALLER_WORK_DIR: '/opt/installer', STAGING_ROOT: '/var/tmp/installer', ...opts.env },
+    // Only the self-update controller: jobs created by a test stay queued, as the 409 cases need.
+    controllers: opts.controllers === false ? false : (wired) => wired.selfUpdate.start(),
+  });
+  return { ...t, engine, runtime };
 }
 
 /** Polls until `fn` returns a truthy value. */
