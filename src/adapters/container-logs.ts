@@ -783,12 +783,30 @@ function earliest(sources: LineSource[]): LineSource | undefined {
   return best;
 }
 
-/** Strict k-way merge of finite sources by timestamp, each source kept in engine order. */
+// Within one container the engine's order can disagree with the timestamps by a few lines: stdout
+// and stderr are copied into the log separately. The history merge puts them back in timestamp
+// order through a window of this many lines.
+const REORDER_WINDOW = 256;
+
+/** Inserts a line after every line with a timestamp at or before its own (equal ones keep arrival order). */
+export function placeInOrder(window: ContainerLogLine[], line: ContainerLogLine): void {
+  let lo = 0;
+  let hi = window.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (window[mid]!.timestamp <= line.timestamp) lo = mid + 1;
+    else hi = mid;
+  }
+  window.splice(lo, 0, line);
+}
+
+/** Strict k-way merge of finite sources by timestamp; lines of one source are put in timestamp order too. */
 async function* mergeOrdered(sources: LineSource[], closer: Closer, emit: boolean): AsyncGenerator<ContainerLogLine[]> {
   const active = sources.slice();
   await Promise.all(active.map((s) => s.settle()));
   let batch: ContainerLogLine[] = [];
   let bytes = 0;
+  const window: ContainerLogLine[] = [];
   const drop = (s: LineSource) => {
     if (s.error) throw s.error;
     active.splice(active.indexOf(s), 1);
@@ -799,8 +817,12 @@ async function* mergeOrdered(sources: LineSource[], closer: Closer, emit: boolea
     const best = earliest(active)!;
     const line = best.shift()!;
     if (emit) {
-      batch.push(line);
-      bytes += line.line.length + 100;
+      placeInOrder(window, line);
+      while (window.length > REORDER_WINDOW) {
+        const out = window.shift()!;
+        batch.push(out);
+        bytes += out.line.length + 100;
+      }
     }
     if (!best.hasLine()) {
       if (!best.ended) {
@@ -820,6 +842,8 @@ async function* mergeOrdered(sources: LineSource[], closer: Closer, emit: boolea
       bytes = 0;
     }
   }
+  if (closer.closed) return;
+  batch.push(...window);
   if (batch.length) yield batch;
 }
 
