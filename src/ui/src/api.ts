@@ -177,43 +177,8 @@ export interface MigrateInfo {
   lastJob: { jobId: string; phase: string; detail: string | null; createdAt: string } | null;
 }
 
-export interface ChartNode {
-  id: string;
-  key: string;
-  parent: string | null;
-  type: 'atomic' | 'compound' | 'parallel' | 'final' | 'history';
-  initial: string | null;
-}
-
-export interface ChartEdge {
-  id: string;
-  source: string;
-  target: string;
-  event: string;
-  label: string;
-  guard: string | null;
-}
-
-export interface ChartInstance {
-  id: string;
-  label: string;
-  phase: string;
-  state: string | null;
-  stateIds: string[];
-  at: string;
-  note?: string;
-}
-
-export interface Chart {
-  id: string;
-  title: string;
-  description: string;
-  version: string;
-  rootId: string;
-  nodes: ChartNode[];
-  edges: ChartEdge[];
-  instances: ChartInstance[];
-}
+// The chart shapes are the API's own (GET /api/machines), imported as types only.
+export type { ChartNode, ChartEdge, ChartInstance, ChartView as Chart } from '../../api/ports.ts';
 
 export interface LogLine {
   container: string;
