@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ConfigError, loadSettings, type Settings } from './config.ts';
 import { loadSecrets, writeInitialAdminPassword, type InstallerSecrets } from './adapters/secrets.ts';
-import { createLogger } from './logger.ts';
+import { createLogger, RecentLines, SecretSet } from './logger.ts';
 import { openDatabase, type Database } from './db/database.ts';
 import { migrateToLatest, currentMigration } from './db/migrate.ts';
 import { countUsers, createUser } from './state/users.ts';
@@ -29,16 +29,17 @@ export interface Booted {
   secrets: InstallerSecrets;
   logger: Logger;
   database: Database;
+  /** Every secret value the process knows; all scrubbers (logs, job events, container logs) read it. */
+  secretSet?: SecretSet;
+  /** The last log lines, for the diagnostics bundle. */
+  recentLogs?: RecentLines;
 }
 
 export async function boot(settings: Settings, opts: { migrate: boolean; logger?: Logger }): Promise<Booted> {
   const secrets = loadSecrets(settings);
-  const logger =
-    opts.logger ??
-    createLogger({
-      level: settings.LOG_LEVEL,
-      secrets: [secrets.jwtSecret, secrets.encryptionKey, secrets.serviceToken, secrets.databasePassword ?? ''],
-    });
+  const secretSet = new SecretSet([secrets.jwtSecret, secrets.encryptionKey, secrets.serviceToken, secrets.databasePassword ?? '']);
+  const recentLogs = new RecentLines();
+  const logger = opts.logger ?? createLogger({ level: settings.LOG_LEVEL, secrets: secretSet, recent: recentLogs });
   const database = await openDatabase({
     ...(settings.DATABASE_URL ? { url: settings.DATABASE_URL } : {}),
     ...(secrets.databasePassword !== undefined ? { password: secrets.databasePassword } : {}),
@@ -57,7 +58,7 @@ export async function boot(settings: Settings, opts: { migrate: boolean; logger?
     await database.close();
     throw err;
   }
-  return { settings, secrets, logger, database };
+  return { settings, secrets, logger, database, secretSet, recentLogs };
 }
 
 /** On a database without users, creates `admin` with a random password written to the secrets directory. */

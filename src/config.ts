@@ -88,6 +88,8 @@ export interface Settings extends Omit<RawSettings, SecretName | 'SECRETS_DIR' |
   PLATFORM_DIR: string;
   /** Secrets that were set explicitly (env or file); the rest are generated at boot. */
   secrets: Partial<Record<SecretName, string>>;
+  /** The files that secrets were read from (`<NAME>_FILE`), so that a replaced file can be re-read. */
+  secretFiles: Partial<Record<SecretName, string>>;
 }
 
 export class ConfigError extends Error {
@@ -110,6 +112,7 @@ export interface FileReader {
 export function loadSettings(env: NodeJS.ProcessEnv, files: FileReader): Settings {
   const merged: Record<string, string | undefined> = {};
   for (const [k, v] of Object.entries(env)) if (v !== undefined && v !== '') merged[k] = v;
+  const secretFiles: Partial<Record<SecretName, string>> = {};
 
   for (const name of SECRET_SETTINGS) {
     const fileVar = `${name}_FILE`;
@@ -122,7 +125,9 @@ export function loadSettings(env: NodeJS.ProcessEnv, files: FileReader): Setting
     } catch (err) {
       throw new ConfigError(fileVar, `cannot read the file (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
     }
-    merged[name] = content.replace(/\r?\n$/, '');
+    // A service token file may hold a second line (the previous token) while a rotation is rolled out.
+    merged[name] = name === 'SERVICE_TOKEN' ? (content.split(/\r?\n/)[0] ?? '').trim() : content.replace(/\r?\n$/, '');
+    secretFiles[name] = path.resolve(file);
   }
 
   const known = settingsSchema.keyof().options as readonly string[];
@@ -147,6 +152,7 @@ export function loadSettings(env: NodeJS.ProcessEnv, files: FileReader): Setting
     SECRETS_DIR: path.resolve(raw.SECRETS_DIR ?? path.join(dataDir, 'secrets')),
     PLATFORM_DIR: path.resolve(raw.PLATFORM_DIR ?? path.join(dataDir, 'platform')),
     secrets,
+    secretFiles,
   };
 }
 

@@ -12,7 +12,9 @@ import { HostRunner } from './adapters/host-runner.ts';
 import { ContainerLogs } from './adapters/container-logs.ts';
 import { JobEventLog, pruneJobEvents } from './state/job-events.ts';
 import { Sealer } from './state/platform-config.ts';
-import { secretScrubber } from './logger.ts';
+import { RecentLines, SecretSet } from './logger.ts';
+import { ServiceTokens } from './adapters/secrets.ts';
+import { engineFacts } from './adapters/diagnostics.ts';
 import { JobsController } from '../controllers/jobs.controller.ts';
 import { SelfUpdateController } from '../controllers/self-update.controller.ts';
 import { DockerSelfUpdateEngine, type SelfUpdateEngine } from './adapters/self-update.ts';
@@ -36,11 +38,21 @@ export function secretValues(secrets: InstallerSecrets): string[] {
   return [secrets.jwtSecret, secrets.encryptionKey, secrets.serviceToken, secrets.databasePassword ?? ''];
 }
 
-export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger: Logger; database: Database }, opts: { runtime?: RuntimePort; selfUpdateEngine?: SelfUpdateEngine } = {}): Wired {
+export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger: Logger; database: Database; secretSet?: SecretSet; recentLogs?: RecentLines }, opts: { runtime?: RuntimePort; selfUpdateEngine?: SelfUpdateEngine } = {}): Wired {
   const { settings, secrets, logger, database } = b;
   const docker = connectEngine(settings.DOCKER_SOCKET);
-  const platformFiles = new PlatformFiles(settings.PLATFORM_DIR, settings.PLATFORM_PROJECT);
-  const scrub = secretScrubber(secretValues(secrets));
+  const platformFiles = new PlatformFiles(settings.PLATFORM_DIR, settings.PLATFORM_PROJECT, settings.DOCKER_SOCKET);
+  // One set of secret values for every scrubber: a rotated-in service token joins it before use.
+  const secretSet = b.secretSet ?? new SecretSet(secretValues(secrets));
+  const recentLogs = b.recentLogs ?? new RecentLines();
+  const scrub = secretSet.scrub;
+  const serviceTokens = new ServiceTokens({
+    initial: secrets.serviceToken,
+    file: secrets.serviceTokenWatchFile ?? null,
+    learn: (t) => secretSet.add(t),
+    warn: (details, message) => logger.warn(details, message),
+    info: (details, message) => logger.info(details, message),
+  });
   const events = new JobEventLog(database.db, { scrub, memoryRetentionMs: settings.JOB_MEMORY_RETENTION_MINUTES * 60_000 });
   const sealer = new Sealer(secrets.encryptionKey);
   const runtime = opts.runtime ?? new EngineRuntime(docker, `${settings.INSTALLER_REGISTRY}/${settings.INSTALLER_IMAGE_NAME}`);
@@ -104,7 +116,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     database,
     logger,
     jwtSecret: secrets.jwtSecret,
-    serviceToken: () => secrets.serviceToken,
+    serviceTokens: () => serviceTokens.current(),
     runtime,
     platform,
     events,
@@ -112,6 +124,12 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     jobs,
     machines: machineCharts(database.db),
     selfUpdate: selfUpdateEngine,
+    diagnostics: {
+      engine: () => engineFacts(docker),
+      installerContainers: () => projectContainers(docker, settings.INSTALLER_PROJECT),
+      recentLogLines: () => recentLogs.snapshot(),
+      scrub,
+    },
   };
   return {
     deps,

@@ -1,6 +1,6 @@
 // Builds the Fastify app: external plugins, then auth and error handling, then one plugin per
 // resource inside a child context that owns the zod compilers.
-import Fastify, { type FastifyInstance, type FastifyBaseLogger } from 'fastify';
+import Fastify, { LogController, type FastifyInstance, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify';
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
 import fastifyRateLimit from '@fastify/rate-limit';
@@ -9,7 +9,7 @@ import { serializerCompiler, validatorCompiler, jsonSchemaTransform } from 'fast
 import type { Logger } from 'pino';
 import type { Settings } from '../config.ts';
 import type { Database } from '../db/database.ts';
-import type { ContainerLogsPort, JobsPort, MachinesPort, PlatformPort, RuntimePort } from './ports.ts';
+import type { ContainerLogsPort, DiagnosticsPort, JobsPort, MachinesPort, PlatformPort, RuntimePort } from './ports.ts';
 import type { JobEventLog } from '../state/job-events.ts';
 import type { Sealer } from '../state/platform-config.ts';
 import { authPlugin } from './auth.ts';
@@ -24,6 +24,8 @@ import { logRoutes } from './routes/logs.ts';
 import { machineRoutes } from './routes/machines.ts';
 import { uiRoutes } from './ui.ts';
 import { systemRoutes } from './routes/system.ts';
+import { observabilityRoutes } from './routes/observability.ts';
+import { InstallerMetrics, metricsPlugin } from './metrics.ts';
 import type { SelfUpdatePort } from './ports.ts';
 
 export interface AppDeps {
@@ -31,7 +33,8 @@ export interface AppDeps {
   database: Database;
   logger: Logger;
   jwtSecret: string;
-  serviceToken: () => string;
+  /** The service tokens accepted now (re-read when their file is replaced). */
+  serviceTokens: () => readonly string[];
   runtime: RuntimePort;
   platform: PlatformPort;
   events: JobEventLog;
@@ -45,6 +48,8 @@ export interface AppDeps {
   logs?: ContainerLogsPort;
   /** Registry, compose files and helper of the self-update; without it the check reports an error. */
   selfUpdate?: SelfUpdatePort;
+  /** Engine facts, recent log lines and the secret scrubber for the diagnostics bundle; without it that route answers 503. */
+  diagnostics?: DiagnosticsPort;
 }
 
 export interface RouteEntry {
@@ -61,6 +66,17 @@ declare module 'fastify' {
   }
 }
 
+/** One log line per request, when it completes, instead of Fastify's two (received, completed). */
+class OneLinePerRequest extends LogController {
+  override incomingRequest(): void {}
+
+  override requestCompleted(error: Error | null | undefined, req: FastifyRequest, reply: FastifyReply): void {
+    const details = { method: req.method, url: req.url, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 };
+    if (error) reply.log.error({ ...details, err: error }, 'request errored');
+    else reply.log.info(details, 'request completed');
+  }
+}
+
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
@@ -68,6 +84,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     requestIdHeader: false,
     trustProxy: false,
     return503OnClosing: true,
+    logController: new OneLinePerRequest(),
   });
   app.decorate('deps', deps);
   // Every route with the role it needs: the access-matrix test is generated from this table.
@@ -81,6 +98,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   installErrorHandling(app);
+  const metrics = new InstallerMetrics();
+  await app.register(metricsPlugin, { metrics });
   await app.register(fastifyRateLimit, {
     global: false,
     errorResponseBuilder: (_req, ctx) =>
@@ -90,7 +109,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(fastifySSE, { heartbeatInterval: 15_000 });
   await app.register(authPlugin, {
     jwtSecret: deps.jwtSecret,
-    serviceToken: deps.serviceToken,
+    serviceTokens: deps.serviceTokens,
     serviceActorName: deps.settings.SERVICE_ACTOR_NAME,
     tokenTtlSeconds: deps.settings.TOKEN_TTL_SECONDS,
   });
@@ -116,6 +135,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await api.register(logRoutes);
     await api.register(machineRoutes);
     await api.register(systemRoutes);
+    await api.register(observabilityRoutes(metrics));
   });
   // The operator UI, outside the /api context: its catch-all never answers for /api paths.
   await app.register(uiRoutes, deps.uiDir ? { root: deps.uiDir } : {});

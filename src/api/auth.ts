@@ -31,8 +31,8 @@ declare module '@fastify/jwt' {
 
 export interface AuthOptions {
   jwtSecret: string;
-  /** Returns the current service token (re-read so that replacing its file rotates it). */
-  serviceToken: () => string;
+  /** The service tokens accepted now (re-read so that replacing their file rotates them). */
+  serviceTokens: () => readonly string[];
   serviceActorName: string;
   tokenTtlSeconds: number;
 }
@@ -74,7 +74,10 @@ export const authPlugin = fp(
 
     async function authenticate(req: FastifyRequest): Promise<Principal> {
       const token = bearer(req);
-      if (constantTimeEqual(token, opts.serviceToken())) {
+      // Compare with every accepted token, so the time taken does not tell which one matched.
+      let isService = false;
+      for (const t of opts.serviceTokens()) isService = constantTimeEqual(token, t) || isService;
+      if (isService) {
         return {
           kind: 'service',
           role: 'operator',

@@ -153,3 +153,15 @@ export interface ChartView {
 export interface MachinesPort {
   charts(): Promise<ChartView[]>;
 }
+
+/** What the diagnostics bundle reads from outside the database (docs/adr/0013-observability.md). */
+export interface DiagnosticsPort {
+  /** Engine and Compose versions and the engine's storage facts; throws when the engine does not answer. */
+  engine(): Promise<Record<string, unknown>>;
+  /** Containers of the installer's own compose project. */
+  installerContainers(): Promise<ContainerView[]>;
+  /** The last backend log lines, already scrubbed of secrets. */
+  recentLogLines(): string[];
+  /** Replaces every secret value the process knows in a text: the last pass over the bundle. */
+  scrub(text: string): string;
+}

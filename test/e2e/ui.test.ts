@@ -224,6 +224,27 @@ describe('operator UI', () => {
       const times = cells.map((c) => c[0]!);
       expect([...times].sort().reverse()).toEqual(times);
       await shoot(page, 'audit', { doc: true });
+      // Diagnostics are an admin's: a viewer is not offered them.
+      expect(await page.getByTestId('download-diagnostics').count()).toBe(0);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it('lets an admin download the diagnostics bundle from the audit page, without any secret in it', async () => {
+    const { context, page } = await newPage(browser, { acceptDownloads: true });
+    try {
+      await useToken(context, await t.token('admin'));
+      await page.goto(`${base}/audit`);
+      const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-diagnostics').click()]);
+      expect(download.suggestedFilename()).toMatch(/^installer-diagnostics-\d{4}-\d\d-\d\dT[0-9-]+Z\.json$/);
+      const body = readFileSync((await download.path())!, 'utf8');
+      const bundle = JSON.parse(body) as { platform: { project: string; containers: { name: string }[] }; jobs: { recent: unknown[] } };
+      expect(bundle.platform.project).toBe(p.project);
+      expect(bundle.platform.containers.map((c) => c.name)).toContain(`${p.project}-web-1`);
+      expect(bundle.jobs.recent.length).toBeGreaterThan(0);
+      for (const secret of Object.values(TEST_SECRETS)) expect(body).not.toContain(secret);
+      await poll(() => page.getByTestId('diagnostics-done').textContent()).toMatch(/^Downloaded installer-diagnostics-.*\(\d+ bytes\)$/);
     } finally {
       await context.close();
     }

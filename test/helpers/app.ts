@@ -8,7 +8,7 @@ import { buildApp } from '../../src/api/app.ts';
 import { wire, type Wired } from '../../src/wiring.ts';
 import type { SelfUpdateEngine } from '../../src/adapters/self-update.ts';
 import { loadSettings, type Settings } from '../../src/config.ts';
-import { createLogger } from '../../src/logger.ts';
+import { createLogger, RecentLines, SecretSet } from '../../src/logger.ts';
 import { createUser } from '../../src/state/users.ts';
 import type { ContainerLogsPort, RuntimePort, VersionInfo } from '../../src/api/ports.ts';
 import { createTestDatabase, type TestDatabase } from './db.ts';
@@ -73,7 +73,9 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
       cb();
     },
   });
-  const logger = createLogger({ level: 'trace', secrets: Object.values(TEST_SECRETS), destination });
+  const secretSet = new SecretSet(Object.values(TEST_SECRETS));
+  const recentLogs = new RecentLines();
+  const logger = createLogger({ level: 'trace', secrets: secretSet, destination, recent: recentLogs });
   if (fresh) {
     for (const role of ['admin', 'operator', 'viewer'] as const) {
       await createUser(db.database.db, { username: role, password: PASSWORDS[role], role });
@@ -87,7 +89,7 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
     serviceTokenFile: path.join(dataDir, 'secrets', 'service-token'),
   };
   const wired = wire(
-    { settings, secrets, logger, database: db.database },
+    { settings, secrets, logger, database: db.database, secretSet, recentLogs },
     { runtime: opts.runtime ?? notInContainer, ...(opts.selfUpdateEngine ? { selfUpdateEngine: opts.selfUpdateEngine } : {}) },
   );
   const { logs: realLogs, ...deps } = wired.deps;

@@ -81,6 +81,22 @@ export async function request(path: string, init: { method?: string; json?: unkn
   throw err;
 }
 
+/** Downloads an attachment the API serves (with the token) under the name the server gives it. */
+export async function download(path: string, fallbackName: string): Promise<{ name: string; bytes: number }> {
+  const res = await request(path);
+  const name = /filename="([^"]+)"/.exec(res.headers.get('content-disposition') ?? '')?.[1] ?? fallbackName;
+  const blob = await res.blob();
+  const href = URL.createObjectURL(blob);
+  const a = document.createElement('a');
+  a.href = href;
+  a.download = name;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(href), 60_000);
+  return { name, bytes: blob.size };
+}
+
 export async function api<T>(path: string, init: Parameters<typeof request>[1] = {}): Promise<T> {
   const res = await request(path, init);
   if (res.status === 204) return undefined as T;

@@ -1,6 +1,7 @@
-// The audit trail, newest first.
+// The audit trail, newest first; for admins, the diagnostics bundle to hand to support.
 import { useState } from 'preact/hooks';
-import { api, type Action } from '../api.ts';
+import { api, ApiError, download, hasRole, type Action } from '../api.ts';
+import { useApp } from '../app.tsx';
 import { time } from '../format.ts';
 import { Link } from '../router.tsx';
 import { Badge, ErrorBox, usePoll } from '../components/common.tsx';
@@ -8,6 +9,17 @@ import { Badge, ErrorBox, usePoll } from '../components/common.tsx';
 export function AuditPage() {
   const [limit, setLimit] = useState(50);
   const rows = usePoll((signal) => api<Action[]>(`/api/deployment/actions?limit=${limit}`, { signal }), 10_000, [limit]);
+  const { me } = useApp();
+  const [diag, setDiag] = useState<{ busy: boolean; done: string | null; error: unknown }>({ busy: false, done: null, error: null });
+  const downloadDiagnostics = async () => {
+    setDiag({ busy: true, done: null, error: null });
+    try {
+      const got = await download('/api/system/diagnostics', 'installer-diagnostics.json');
+      setDiag({ busy: false, done: `${got.name} (${got.bytes} bytes)`, error: null });
+    } catch (err) {
+      setDiag({ busy: false, done: null, error: err instanceof ApiError ? err : new Error(String(err)) });
+    }
+  };
   return (
     <div class="page">
       <div class="page-head">
@@ -26,7 +38,21 @@ export function AuditPage() {
         <button type="button" class="btn" onClick={rows.reload}>
           Refresh
         </button>
+        {hasRole(me, 'admin') && (
+          <button
+            type="button"
+            class="btn"
+            data-testid="download-diagnostics"
+            disabled={diag.busy}
+            title="Versions, settings without secret values, container states, recent jobs and log lines"
+            onClick={() => void downloadDiagnostics()}
+          >
+            {diag.busy ? 'Preparing…' : 'Download diagnostics'}
+          </button>
+        )}
       </div>
+      {diag.done && <p class="muted small" data-testid="diagnostics-done">Downloaded {diag.done}</p>}
+      <ErrorBox error={diag.error} />
       <ErrorBox error={rows.error} />
       <section class="card">
         {!rows.data ? (

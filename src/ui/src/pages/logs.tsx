@@ -1,6 +1,6 @@
 // Platform container logs: live (all services or one), and for admins a time window and a download.
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { api, ApiError, hasRole, request, type LogLine, type PlatformStatus } from '../api.ts';
+import { api, ApiError, download, hasRole, type LogLine, type PlatformStatus } from '../api.ts';
 import { useApp } from '../app.tsx';
 import { SseFollower, type FollowState } from '../sse.ts';
 import { ErrorBox, Notice, usePoll } from '../components/common.tsx';
@@ -185,24 +185,14 @@ function WindowLogs(props: { containers: string[] }) {
     return q.toString();
   };
 
-  const download = async () => {
+  const downloadWindow = async () => {
     setError(null);
     setDownloaded(null);
     if (!since) return setError(new Error('A download needs a start (since).'));
     setDownloading(true);
     try {
-      const res = await request(`/api/deployment-log/download?${query(true)}`);
-      const name = /filename="([^"]+)"/.exec(res.headers.get('content-disposition') ?? '')?.[1] ?? `logs-${new Date().toISOString()}.txt`;
-      const blob = await res.blob();
-      const href = URL.createObjectURL(blob);
-      const a = document.createElement('a');
-      a.href = href;
-      a.download = name;
-      document.body.append(a);
-      a.click();
-      a.remove();
-      setTimeout(() => URL.revokeObjectURL(href), 60_000);
-      setDownloaded(`${name} (${blob.size} bytes)`);
+      const got = await download(`/api/deployment-log/download?${query(true)}`, `logs-${new Date().toISOString()}.txt`);
+      setDownloaded(`${got.name} (${got.bytes} bytes)`);
     } catch (err) {
       setError(err instanceof ApiError ? err : new Error(String(err)));
     } finally {
@@ -249,7 +239,7 @@ function WindowLogs(props: { containers: string[] }) {
         <button type="submit" class="btn primary">
           Show
         </button>
-        <button type="button" class="btn" data-testid="download-logs" disabled={downloading} onClick={() => void download()}>
+        <button type="button" class="btn" data-testid="download-logs" disabled={downloading} onClick={() => void downloadWindow()}>
           {downloading ? 'Downloading…' : 'Download'}
         </button>
       </form>

@@ -1,0 +1,133 @@
+// Prometheus metrics at GET /metrics (docs/adr/0013-observability.md). Request durations and SSE
+// clients are measured in the process; jobs and self-updates are counted from their stored rows at
+// scrape time, so the counts survive restarts and match the API.
+import fp from 'fastify-plugin';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { jobCounts, finishedJobDurations, selfUpdateCounts } from '../state/observability.ts';
+import { databaseUp } from '../state/health.ts';
+
+/** Bounds a scrape's database reads: a scrape during an outage answers at once with db_up 0. */
+const SCRAPE_DB_TIMEOUT_MS = 2_000;
+const JOB_DURATION_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
+
+export class InstallerMetrics {
+  readonly registry = new Registry();
+  readonly httpDuration = new Histogram({
+    name: 'installer_http_request_duration_seconds',
+    help: 'HTTP requests by method, route template and status code (event streams excluded: see installer_sse_clients)',
+    labelNames: ['method', 'route', 'status_code'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [this.registry],
+  });
+  readonly sseClients = new Gauge({
+    name: 'installer_sse_clients',
+    help: 'Open server-sent event streams by kind (job, logs)',
+    labelNames: ['stream'] as const,
+    registers: [this.registry],
+  });
+  private readonly jobsTotal = new Counter({
+    name: 'installer_jobs_total',
+    help: 'Finished jobs by kind and outcome (completed, failed), counted from the stored jobs',
+    labelNames: ['kind', 'outcome'] as const,
+    registers: [this.registry],
+  });
+  private readonly jobsActive = new Gauge({
+    name: 'installer_jobs',
+    help: 'Jobs waiting or running, by kind and phase (queued, running)',
+    labelNames: ['kind', 'phase'] as const,
+    registers: [this.registry],
+  });
+  private readonly jobDuration = new Histogram({
+    name: 'installer_job_duration_seconds',
+    help: 'Run time of finished jobs by kind and outcome, from their start to their end',
+    labelNames: ['kind', 'outcome'] as const,
+    buckets: JOB_DURATION_BUCKETS,
+    registers: [this.registry],
+  });
+  private readonly selfUpdates = new Gauge({
+    name: 'installer_self_updates',
+    help: 'Self-update requests by the phase they are in or ended in (completed, rolled-back, neither, aborted, newest, unresolved, or in flight)',
+    labelNames: ['phase'] as const,
+    registers: [this.registry],
+  });
+  private readonly dbUp = new Gauge({
+    name: 'installer_database_up',
+    help: '1 when the database answered this scrape, else 0 (job and update figures are then absent)',
+    registers: [this.registry],
+  });
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry, prefix: 'installer_' });
+  }
+
+  /** Reads the stored figures; on a database that does not answer, drops them and reports db_up 0. */
+  async refresh(db: FastifyInstance['deps']['database']['db']): Promise<void> {
+    this.jobsTotal.reset();
+    this.jobsActive.reset();
+    this.jobDuration.reset();
+    this.selfUpdates.reset();
+    if (!(await databaseUp(db, SCRAPE_DB_TIMEOUT_MS))) {
+      this.dbUp.set(0);
+      return;
+    }
+    try {
+      const [counts, durations, updates] = await Promise.all([jobCounts(db), finishedJobDurations(db), selfUpdateCounts(db)]);
+      for (const c of counts) {
+        if (c.phase === 'completed' || c.phase === 'failed') this.jobsTotal.inc({ kind: c.kind, outcome: c.phase }, c.count);
+        else this.jobsActive.set({ kind: c.kind, phase: c.phase }, c.count);
+      }
+      for (const d of durations) this.jobDuration.observe({ kind: d.kind, outcome: d.outcome }, d.seconds);
+      for (const u of updates) this.selfUpdates.set({ phase: u.phase }, u.count);
+      this.dbUp.set(1);
+    } catch {
+      this.jobsTotal.reset();
+      this.jobsActive.reset();
+      this.jobDuration.reset();
+      this.selfUpdates.reset();
+      this.dbUp.set(0);
+    }
+  }
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    metricsStream?: string;
+  }
+}
+
+/** Kind of an event stream route for the SSE gauge: job streams and container log streams. */
+function streamKind(url: string): string {
+  return url.includes('/jobs/') ? 'job' : 'logs';
+}
+
+/**
+ * Measures every routed request. Event-stream routes are counted as open clients instead: their
+ * duration is how long someone watched, not how fast the server answered.
+ */
+export const metricsPlugin = fp(
+  async (app: FastifyInstance, opts: { metrics: InstallerMetrics }) => {
+    const { metrics } = opts;
+    const sseRoutes = new Set<string>();
+    app.addHook('onRoute', (r) => {
+      if ((r as { sse?: unknown }).sse) for (const m of [r.method].flat()) sseRoutes.add(`${m} ${r.url}`);
+    });
+    const isSse = (req: FastifyRequest) => sseRoutes.has(`${req.method} ${req.routeOptions.url ?? ''}`);
+
+    app.addHook('preHandler', async (req, reply) => {
+      if (!isSse(req)) return;
+      const stream = streamKind(req.routeOptions.url ?? '');
+      req.metricsStream = stream;
+      metrics.sseClients.inc({ stream });
+      reply.raw.once('close', () => metrics.sseClients.dec({ stream }));
+    });
+    app.addHook('onResponse', async (req, reply) => {
+      if (req.metricsStream || isSse(req)) return;
+      metrics.httpDuration.observe(
+        { method: req.method, route: req.routeOptions.url ?? 'unmatched', status_code: String(reply.statusCode) },
+        reply.elapsedTime / 1000,
+      );
+    });
+  },
+  { name: 'metrics' },
+);

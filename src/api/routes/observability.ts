@@ -1,0 +1,138 @@
+// GET /metrics (Prometheus text) and GET /api/system/diagnostics (an admin's download of what
+// support needs first). Neither ever carries a secret: settings are listed with secret values
+// left out, URLs lose their passwords, and the whole bundle passes the secret scrubber last.
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { z } from 'zod';
+import { SECRET_SETTINGS, type Settings } from '../../config.ts';
+import { currentMigration } from '../../db/migrate.ts';
+import { databaseUp } from '../../state/health.ts';
+import { recentActions, recentJobs, recentSelfUpdates } from '../../state/observability.ts';
+import type { InstallerMetrics } from '../metrics.ts';
+import { unavailable } from '../../errors.ts';
+
+const RECENT_JOBS = 50;
+const RECENT_ACTIONS = 100;
+const RECENT_UPDATES = 10;
+
+/** The installer's version from its package.json, found upwards from here (source and built layouts differ). */
+function packageVersion(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    try {
+      const pkg = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')) as { name?: string; version?: string };
+      if (pkg.name === 'installer' && pkg.version) return pkg.version;
+    } catch {
+      // not here: look one level up
+    }
+    const up = path.dirname(dir);
+    if (up === dir) return 'unknown';
+    dir = up;
+  }
+}
+const PACKAGE_VERSION = packageVersion();
+
+/** A URL's password (and a query's secret-looking values) replaced by a marker; other text unchanged. */
+function withoutCredentials(value: string): string {
+  if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(value)) return value;
+  try {
+    const u = new URL(value);
+    if (u.password) u.password = 'REDACTED';
+    return u.toString();
+  } catch {
+    return value;
+  }
+}
+
+/** Settings as the process runs with them; secret values are replaced by where they came from. */
+export function redactedSettings(settings: Settings): Record<string, unknown> {
+  const { secrets, secretFiles, ...rest } = settings;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(rest)) out[k] = typeof v === 'string' ? withoutCredentials(v) : v;
+  for (const name of SECRET_SETTINGS) {
+    out[name] = secretFiles[name] ? `[set from file ${secretFiles[name]}]` : secrets[name] !== undefined ? '[set in the environment]' : name === 'DATABASE_PASSWORD' ? '[not set]' : '[generated in SECRETS_DIR]';
+  }
+  return out;
+}
+
+async function settle<T>(p: Promise<T>): Promise<T | { error: string }> {
+  try {
+    return await p;
+  } catch (err) {
+    return { error: err instanceof Error ? err.message : String(err) };
+  }
+}
+
+export const observabilityRoutes = (metrics: InstallerMetrics): FastifyPluginAsyncZod => async (app) => {
+  const { database, settings, runtime, platform } = app.deps;
+  const db = database.db;
+
+  app.get(
+    '/metrics',
+    {
+      config: { access: 'viewer' },
+      // Scraped every few seconds: only warnings and errors are worth a log line.
+      logLevel: 'warn',
+      schema: { tags: ['system'], summary: 'Prometheus metrics: HTTP request durations, SSE clients, jobs by kind and outcome, job durations, self-update outcomes', produces: ['text/plain'] },
+    },
+    async (_req, reply) => {
+      await metrics.refresh(db);
+      return reply.type(metrics.registry.contentType).send(await metrics.registry.metrics());
+    },
+  );
+
+  app.get(
+    '/api/system/diagnostics',
+    {
+      config: { access: 'admin' },
+      schema: {
+        tags: ['system'],
+        summary: 'Diagnostics bundle (JSON download): versions and digests, settings without secret values, container states, recent jobs, actions and updates, recent backend log lines',
+        querystring: z.object({}).strict(),
+      },
+    },
+    async (req, reply) => {
+      const port = app.deps.diagnostics;
+      if (!port) throw unavailable('diagnostics are not available in this process');
+      const generatedAt = new Date();
+      const dbUp = await databaseUp(db);
+      const fromDb = <T>(read: () => Promise<T>) => (dbUp ? settle(read()) : Promise.resolve({ error: 'the database is unavailable' }));
+      const [runtimeInfo, engine, platformContainers, installerContainers, migration, jobs, actions, updates, envKeys] = await Promise.all([
+        settle(runtime.version()),
+        settle(port.engine()),
+        settle(platform.containers()),
+        settle(port.installerContainers()),
+        fromDb(() => currentMigration(db)),
+        fromDb(() => recentJobs(db, RECENT_JOBS)),
+        fromDb(() => recentActions(db, RECENT_ACTIONS)),
+        fromDb(() => recentSelfUpdates(db, RECENT_UPDATES)),
+        // Keys only: platform settings may hold the customer's own secrets.
+        settle(platform.readEnv().then((entries) => entries.map((e) => e.key))),
+      ]);
+      const bundle = {
+        bundle: { format: 1, generatedAt: generatedAt.toISOString(), generatedBy: req.actor().id },
+        installer: { version: PACKAGE_VERSION, node: process.version, pid: process.pid, uptimeSeconds: Math.round(process.uptime()), rssBytes: process.memoryUsage().rss },
+        runtime: runtimeInfo,
+        engine,
+        database: { kind: database.kind, up: dbUp, schemaMigration: migration },
+        settings: redactedSettings(settings),
+        platform: { project: platform.project, envKeys, containers: platformContainers },
+        installerContainers,
+        jobs: { running: app.deps.jobs?.busy() ?? null, recent: jobs },
+        actions,
+        selfUpdates: updates,
+        logs: port.recentLogLines(),
+      };
+      const text = JSON.stringify(bundle, null, 2);
+      const safe = port.scrub(text);
+      const stamp = generatedAt.toISOString().replace(/[:.]/g, '-');
+      return reply
+        .header('content-type', 'application/json; charset=utf-8')
+        .header('content-disposition', `attachment; filename="installer-diagnostics-${stamp}.json"`)
+        .header('cache-control', 'no-store')
+        .send(safe);
+    },
+  );
+};
