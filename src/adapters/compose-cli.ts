@@ -11,6 +11,8 @@ export interface ComposeTarget {
   files: readonly string[];
   /** Working directory: where compose finds the project's .env. */
   cwd: string;
+  /** The engine's socket (the DOCKER_SOCKET setting); absent: the CLI's own default. */
+  dockerSocket?: string;
 }
 
 export interface ComposeRun {
@@ -22,6 +24,19 @@ export interface ComposeRun {
 }
 
 const SIGNALS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGKILL: 9, SIGTERM: 15 };
+
+/**
+ * The environment compose runs with. The CLI knows nothing of the installer's DOCKER_SOCKET
+ * setting: the target names the engine socket, so compose talks to the engine dockerode talks to.
+ */
+export function composeEnv(base: NodeJS.ProcessEnv, target: Pick<ComposeTarget, 'dockerSocket'>, extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  return { ...base, ...(target.dockerSocket ? { DOCKER_HOST: `unix://${target.dockerSocket}` } : {}), ...extra };
+}
+
+/** True for the line the docker CLI prints when it cannot reach the engine. */
+export function engineUnreachable(line: string): boolean {
+  return /Cannot connect to the Docker daemon|Is the docker daemon running|error during connect|dial unix .*(no such file or directory|connection refused)/i.test(line);
+}
 
 export function composeArgs(target: ComposeTarget, args: readonly string[]): string[] {
   return ['compose', '--ansi', 'never', '--progress', 'plain', '-p', target.project, ...target.files.flatMap((f) => ['-f', f]), ...args];
@@ -35,7 +50,7 @@ export function runCompose(
 ): ComposeRun {
   const child = spawn(opts.dockerBinary ?? 'docker', composeArgs(target, args), {
     cwd: target.cwd,
-    env: { ...process.env, ...opts.env },
+    env: composeEnv(process.env, target, opts.env),
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,
   });

@@ -90,6 +90,8 @@ export class PlatformFiles {
   constructor(
     readonly dir: string,
     readonly project: string,
+    /** The engine compose talks to (the DOCKER_SOCKET setting). */
+    readonly dockerSocket?: string,
   ) {}
 
   get composeFile(): string {
@@ -101,7 +103,7 @@ export class PlatformFiles {
   }
 
   target(): ComposeTarget {
-    return { project: this.project, files: [this.composeFile], cwd: this.dir };
+    return { project: this.project, files: [this.composeFile], cwd: this.dir, ...(this.dockerSocket ? { dockerSocket: this.dockerSocket } : {}) };
   }
 
   async hasComposeFile(): Promise<boolean> {
@@ -164,7 +166,7 @@ export class PlatformFiles {
       const template = await readFile(path.join(staging, '.env.template'), 'utf8');
       if (template.includes('<USER>') && vmUser === null) log('warning: the templates use <USER> but no VM user is set; left as is');
       await writeFile(path.join(staging, '.env'), renderEnv(template, await this.readEnvText(), vmUser), { mode: 0o640 });
-      const check = await composeOutput({ project: this.project, files: [path.join(staging, 'docker-compose.yml')], cwd: staging }, ['config', '--quiet']);
+      const check = await composeOutput({ ...this.target(), files: [path.join(staging, 'docker-compose.yml')], cwd: staging }, ['config', '--quiet']);
       if (check.code !== 0) throw new Error(`the downloaded compose file is invalid: ${check.stderr.trim().split('\n').pop() ?? ''}`);
       await rename(path.join(staging, 'docker-compose.yml'), this.composeFile);
       await rename(path.join(staging, '.env'), this.envFile);

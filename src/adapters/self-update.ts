@@ -15,6 +15,8 @@ export const HELPER_SCRIPT = '/usr/src/app/scripts/self-update.sh';
 /** The backend's compose service: the helper's `--wait` judges only it and its dependencies. */
 export const BACKEND_SERVICE = 'backend';
 const MAX_COMPOSE_BYTES = 1024 * 1024;
+/** How long resolving a registry digest through the engine may take (docs/adr/0012-dependency-faults.md). */
+export const REGISTRY_TIMEOUT_MS = 10_000;
 
 export interface SelfUpdateSettings {
   /** `<registry>/<image name>`, e.g. `registry.example.com/installer`. */
@@ -112,6 +114,17 @@ const engineMessage = (err: unknown): string => {
 
 const statusOf = (err: unknown) => (err as { statusCode?: number }).statusCode;
 
+/**
+ * The engine quotes what a broken registry sent ("malformed HTTP response \"<bytes>\""): the bytes
+ * are dropped, anything unprintable is replaced and the message is capped, so it stays readable.
+ */
+export function registryMessage(message: string): string {
+  const text = message
+    .replace(/(malformed (?:HTTP [a-z ]+|MIME header line)) ".*"/s, '$1 (the answer is not HTTP)')
+    .replace(/[^\x20-\x7e]/g, '?');
+  return text.length > 300 ? `${text.slice(0, 300)}...` : text;
+}
+
 async function collect(stream: Readable): Promise<Buffer> {
   const parts: Buffer[] = [];
   for await (const c of stream) parts.push(Buffer.isBuffer(c) ? c : Buffer.from(c as string));
@@ -160,8 +173,8 @@ export interface SelfUpdateEngine extends SelfUpdatePort {
   removeHelper(): Promise<boolean>;
   /** Creates and starts the helper; returns its container id. */
   spawnHelper(spec: HelperSpec): Promise<string>;
-  /** The helper container labelled with a request, if it exists. */
-  helperOf(requestId: string): Promise<{ id: string; running: boolean } | null>;
+  /** The helper container labelled with a request, if it exists; `created`: never started. */
+  helperOf(requestId: string): Promise<{ id: string; running: boolean; created?: boolean } | null>;
   /** Waits until the helper has exited (or the deadline passed) and reads what it printed. */
   waitHelper(id: string | null, opts: { deadline: Date | null; signal: AbortSignal }): Promise<HelperExit>;
 }
@@ -174,13 +187,40 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
   ) {}
 
   async remoteDigest(reference: string): Promise<string> {
+    // The engine's own registry timeouts are minutes long; the check and preflight must answer
+    // sooner (docs/adr/0012-dependency-faults.md). Image.distribution() of this dockerode does
+    // not pass an abort signal on, so the endpoint is dialled directly.
+    const limit = REGISTRY_TIMEOUT_MS;
+    const abort = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        abort.abort();
+        reject(new Error(`the registry did not answer within ${limit / 1000} s`));
+      }, limit);
+    });
+    const dialled = new Promise<unknown>((resolve, reject) => {
+      this.docker.modem.dial(
+        {
+          path: `/distribution/${reference}/json`,
+          method: 'GET',
+          abortSignal: abort.signal,
+          statusCodes: { 200: true, 401: 'no such image or not authorised', 403: 'forbidden', 404: 'no such image', 500: 'server error' },
+        } as unknown as Parameters<Docker['modem']['dial']>[0],
+        (err: unknown, data: unknown) => (err ? reject(err as Error) : resolve(data)),
+      );
+    });
+    dialled.catch(() => {}); // rejected by the abort after the timeout has already answered
     try {
-      const d = (await this.docker.getImage(reference).distribution({})) as { Descriptor?: { digest?: string } };
-      const digest = d.Descriptor?.digest;
+      const d = (await Promise.race([dialled, timedOut])) as { Descriptor?: { digest?: string } } | null;
+      const digest = d?.Descriptor?.digest;
       if (!digest || !/^sha256:[0-9a-f]{64}$/.test(digest)) throw new Error('the engine answered no digest');
       return digest;
     } catch (err) {
-      throw new Error(`cannot resolve ${reference} in the registry: ${engineMessage(err)}`);
+      throw new Error(`cannot resolve ${reference} in the registry: ${registryMessage(engineMessage(err))}`);
+    } finally {
+      clearTimeout(timer);
+      abort.abort();
     }
   }
 
@@ -327,10 +367,10 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
     }
   }
 
-  async helperOf(requestId: string): Promise<{ id: string; running: boolean } | null> {
+  async helperOf(requestId: string): Promise<{ id: string; running: boolean; created?: boolean } | null> {
     const list = await this.docker.listContainers({ all: true, filters: { label: [`io.installer.self-update.request=${requestId}`] } });
     const c = list[0];
-    return c ? { id: c.Id, running: c.State === 'running' } : null;
+    return c ? { id: c.Id, running: c.State === 'running', created: c.State === 'created' } : null;
   }
 
   async waitHelper(id: string | null, opts: { deadline: Date | null; signal: AbortSignal }): Promise<HelperExit> {

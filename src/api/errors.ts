@@ -2,7 +2,7 @@
 import type { FastifyInstance, FastifyError } from 'fastify';
 import { STATUS_CODES } from 'node:http';
 import { hasZodFastifySchemaValidationErrors, isResponseSerializationError } from 'fastify-type-provider-zod';
-import { AppError, codeForStatus } from '../errors.ts';
+import { AppError, codeForStatus, DATABASE_UNAVAILABLE, isDatabaseUnavailable } from '../errors.ts';
 
 export interface ErrorBody {
   statusCode: number;
@@ -49,6 +49,10 @@ export function installErrorHandling(app: FastifyInstance): void {
     } else if (isResponseSerializationError(err)) {
       req.log.error({ err, url: req.url }, 'response did not match its schema');
       body = errorBody(500, 'Internal Server Error', 'internal');
+    } else if (isDatabaseUnavailable(err)) {
+      // Postgres restarting, refusing or timing out: retryable, so 503 (docs/adr/0012-dependency-faults.md).
+      req.log.warn({ code: (err as { code?: unknown }).code, url: req.url, reason: err.message }, 'database unavailable');
+      body = errorBody(503, DATABASE_UNAVAILABLE, 'unavailable');
     } else if (typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500) {
       // Fastify's own client errors: bad JSON, wrong content type, body too large, …
       body = errorBody(err.statusCode, err.message);
@@ -62,6 +66,9 @@ export function installErrorHandling(app: FastifyInstance): void {
   });
 
   app.setNotFoundHandler((req, reply) => {
-    void reply.status(404).send(errorBody(404, `Route ${req.method} ${req.url.split('?')[0]} not found`, 'not_found'));
+    // The path is echoed shortened: an answer must not grow with whatever a client sends.
+    const p = req.url.split('?')[0] ?? '';
+    const shown = p.length > 200 ? `${p.slice(0, 200)}… (${p.length} characters)` : p;
+    void reply.status(404).send(errorBody(404, `Route ${req.method} ${shown} not found`, 'not_found'));
   });
 }

@@ -2,15 +2,19 @@
 // the container healthcheck calls it (docs/adr/0003-health-without-auth.md).
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { databaseUp } from '../../state/health.ts';
+import { DatabaseProbe } from '../../state/health.ts';
 
 export const healthSchema = z.object({ status: z.enum(['ok', 'error']), db: z.enum(['up', 'down']) });
 
 export const healthRoutes: FastifyPluginAsyncZod = async (app) => {
+  const probe = new DatabaseProbe(app.deps.database.db);
   app.get(
     '/api/health',
     {
       config: { access: 'public' },
+      // Polled every few seconds by the container healthcheck and the update overlay: only its
+      // warnings and errors are worth a log line.
+      logLevel: 'warn',
       schema: {
         tags: ['system'],
         summary: 'Liveness and database reachability',
@@ -18,7 +22,7 @@ export const healthRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (_req, reply) => {
-      const up = await databaseUp(app.deps.database.db);
+      const up = await probe.up();
       if (up) return { status: 'ok' as const, db: 'up' as const };
       return reply.status(503).send({ status: 'error', db: 'down' });
     },

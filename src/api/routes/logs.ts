@@ -113,6 +113,9 @@ async function streamSse(reply: FastifyReply, feed: LogFeed, ctx: StreamContext,
   let lines = 0;
   try {
     reply.sse.sendHeaders();
+    // Commit the 200 now: a quiet platform would otherwise leave the client without an answer
+    // until the first line or heartbeat.
+    reply.raw.flushHeaders();
     for await (const batch of feed) {
       if (gone) break;
       let chunk = '';
@@ -229,6 +232,8 @@ export const logRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) => {
       const logs = port(app);
+      // An engine that is down answers 503 here, before the stream is committed with a 200.
+      await engine(req.log, logs.containers(project));
       const feed = logs.live({ project }, { tail: req.query.tail ?? TAIL_DEFAULT });
       await streamSse(reply, feed, ctx(req.log), false);
     },
@@ -260,9 +265,11 @@ export const logRoutes: FastifyPluginAsyncZod = async (app) => {
     const since = instant('since', q.since);
     const until = instant('until', q.until);
     if (since !== undefined && until !== undefined && since > until) throw badRequest('since: must not be later than until');
+    // Asked even without containerName: an engine that is down answers 503 before the stream starts.
+    const containers = await engine(log, logs.containers(project));
     if (q.containerName !== undefined) {
       const name = q.containerName;
-      const exists = NAME.test(name) && (await engine(log, logs.containers(project))).some((c) => c.name === name);
+      const exists = NAME.test(name) && containers.some((c) => c.name === name);
       if (!exists) throw badRequest(`containerName: no platform container is named "${name.slice(0, 64)}" (compose project ${project})`);
     }
     return {
@@ -302,12 +309,16 @@ export const logRoutes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Download platform container logs over a time window as text',
         description:
           '`text/plain` attachment `logs-<ISO timestamp>.txt`, one line per log line: `<container> | <timestamp> <stream> <line>`, in timestamp order. `until` defaults to the time of the request.',
-        querystring: windowQuery,
+        // The schema says since is required, so a missing one is refused before anything else.
+        querystring: windowQuery.extend({
+          since: z
+            .string({ error: (issue) => (issue.input === undefined ? 'is required, an ISO 8601 date-time such as 2024-05-01T10:00:00Z' : undefined) })
+            .describe('Start of the window, ISO 8601 (inclusive); no offset means UTC'),
+        }),
       },
     },
     async (req, reply) => {
       const logs = port(app);
-      if (req.query.since === undefined) throw badRequest('since: is required, an ISO 8601 date-time such as 2024-05-01T10:00:00Z');
       const { selection, ...window } = await windowArgs(logs, req.query, req.log);
       const feed = logs.window(selection, { ...window, follow: false });
       const name = `logs-${new Date().toISOString()}.txt`;
