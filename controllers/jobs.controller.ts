@@ -11,12 +11,12 @@ import type { Database } from '../src/db/database.ts';
 import { jobMachine, phaseOf, JOB_CHART_VERSION, type JobOutcomeState, type StepInput } from '../machines/job.machine.ts';
 import { hostMigrationMachine, HOST_MIGRATION_CHART_VERSION } from '../machines/host-migration.machine.ts';
 import type { HostRunner, HostRun } from '../src/adapters/host-runner.ts';
-import { claimNextJob, finishJob, getJob, JOBS_CHANNEL, runningJobs, updateJobStatus, type JobView } from '../src/state/jobs.ts';
+import { claimNextJob, finishJob, getJob, JOBS_CHANNEL, runningJobs, unsettledEndedJobs, updateJobStatus, type JobView } from '../src/state/jobs.ts';
 import { recordFinished, recordStarted } from '../src/state/actions.ts';
 import type { JobEventLog } from '../src/state/job-events.ts';
 import { clearConfigChanges, pendingConfigChanges, type Sealer } from '../src/state/platform-config.ts';
 import { getSetting } from '../src/state/settings.ts';
-import { parsePullProgress, runCompose, type ComposeRun } from '../src/adapters/compose-cli.ts';
+import { engineUnreachable, parsePullProgress, runCompose, type ComposeRun } from '../src/adapters/compose-cli.ts';
 import type { PlatformFiles } from '../src/adapters/platform-files.ts';
 
 /** Compose kinds this controller runs through the job chart. */
@@ -165,6 +165,17 @@ export class JobsController {
       await this.d.events.append(j.jobId, 'finished', { outcome: 'failed', state: 'interrupted', exitCode: null, detail });
       this.d.logger.warn({ jobId: j.jobId, kind: j.kind }, detail);
     }
+    // A job's end is written in three steps (status row, audit row, `finished` event); a restart
+    // between them leaves an ended job with its audit row open or a stream that never ends.
+    for (const j of await unsettledEndedJobs(this.d.db)) {
+      await this.d.events.open(j.jobId);
+      await this.finishAudit(j.jobId, j.phase, j.exitCode, j.detail);
+      if (!j.hasFinished) {
+        const state = j.state && j.detail !== 'interrupted: the backend restarted while the job was running' ? j.state : 'interrupted';
+        await this.d.events.append(j.jobId, 'finished', { outcome: j.phase, state, exitCode: j.exitCode, detail: j.detail });
+      }
+      this.d.logger.warn({ jobId: j.jobId }, `job ${j.jobId} had ended (${j.phase}) without its end fully recorded; recorded now`);
+    }
   }
 
   private async finishAudit(jobId: string, status: 'completed' | 'failed', exitCode: number | null, detail: string | null): Promise<void> {
@@ -301,9 +312,11 @@ export class JobsController {
       }
       const args = STEP_ARGS[input.step]!(services);
       io.phase(input.step, { command: ['docker', 'compose', ...args].join(' ') });
+      let noEngine: string | null = null;
       const run = runCompose(this.d.platform.target(), args, (stream, text) => {
         sendBack({ type: 'OUTPUT' });
         io.touch();
+        if (stream === 'stderr' && engineUnreachable(text)) noEngine ??= text.trim().slice(0, 300);
         const progress = input.step === 'pull' ? parsePullProgress(text) : null;
         if (progress) io.line('progress', { ...progress, line: text }, text);
         else io.line('output', { stream, line: text }, text);
@@ -313,7 +326,9 @@ export class JobsController {
       let exited = false;
       void run.exited.then((code) => {
         exited = true;
-        sendBack({ type: 'STEP_DONE', exitCode: code });
+        // Compose could not reach the engine: say so rather than only "exited with code 1".
+        if (code !== 0 && noEngine) sendBack({ type: 'STEP_FAILED', message: `${input.step} failed: the Docker engine is not reachable (${noEngine})` });
+        else sendBack({ type: 'STEP_DONE', exitCode: code });
       });
       return () => {
         if (!exited) run.cancel();

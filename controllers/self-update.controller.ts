@@ -14,7 +14,7 @@ import { currentMigration } from '../src/db/migrate.ts';
 import { recordFinished, recordStarted } from '../src/state/actions.ts';
 import { countActiveJobs } from '../src/state/jobs.ts';
 import {
-  claimNextSelfUpdate, listSelfUpdates, pendingReconciliation, SELF_UPDATE_CHANNEL, updateSelfUpdate, type SelfUpdateView,
+  claimNextSelfUpdate, listSelfUpdates, noteSelfUpdateChange, pendingReconciliation, SELF_UPDATE_CHANNEL, updateSelfUpdate, type SelfUpdateView,
 } from '../src/state/self-update.ts';
 import { BACKEND_SERVICE, helperSpec, HELPER_NAME, type SelfUpdateEngine, type SelfUpdateSettings } from '../src/adapters/self-update.ts';
 import {
@@ -140,6 +140,14 @@ export class SelfUpdateController {
     const log = logger.child({ requestId: id });
     log.info({ actor: req.actor }, 'self-update requested');
 
+    // Snapshots are stored after each transition, in order (`chain`); a change is also noted there
+    // before it is made, since a restart between a change and the next snapshot would lose it.
+    let chain: Promise<unknown> = Promise.resolve();
+    const noteChange = (key: keyof PreflightChanges, before: string | null): Promise<void> => {
+      const noted = chain.then(() => noteSelfUpdateChange(db, id, key, before));
+      chain = noted.catch(() => {});
+      return noted;
+    };
     const actors = {
       resolveTarget: fromPromise<ResolvedTarget, undefined>(async () => {
         const v = await runtime.version();
@@ -171,32 +179,39 @@ export class SelfUpdateController {
       }),
       tagRollback: fromPromise<{ before: string | null }, { running: RunningImage }>(async ({ input }) => {
         const before = await engine.imageIdOf(`${this.repository}:${settings.rollbackTag}`);
+        await noteChange('rollbackTag', before);
         await engine.tag(input.running.imageId!, this.repository, settings.rollbackTag);
         return { before };
       }),
       stageComposeFile: fromPromise<{ before: string | null }, { content: string }>(async ({ input }) => {
         const before = await engine.readStaged();
+        await noteChange('stagedFile', before);
         await engine.writeStaged(input.content);
         return { before };
       }),
       tagNew: fromPromise<{ before: string | null }, { target: UpdateTarget; imageId: string }>(async ({ input }) => {
         const before = await engine.imageIdOf(`${this.repository}:${input.target.tag}`);
+        await noteChange('newTag', before);
         await engine.tag(input.imageId, this.repository, input.target.tag);
         return { before };
       }),
       recordAction: fromPromise<RecordedAction, RecordActionInput>(async ({ input }) => {
         const preUpdateMigration = await currentMigration(db);
         const from = input.running.digest ?? input.running.imageId ?? 'unknown';
-        const action = await recordStarted(db, {
-          kind: 'self-update',
-          actor: { id: req.actor, email: req.actorEmail },
-          targetDigest: input.target.digest,
-          schemaMigration: preUpdateMigration,
-          detail: `from ${input.running.reference ?? 'unknown'} (${from}) to ${this.repository}:${input.target.tag} (${input.target.digest})`,
+        // One transaction: a restart between the two would leave an audit row `started` that no
+        // request refers to, which nothing would ever finish.
+        return db.transaction().execute(async (tx) => {
+          const action = await recordStarted(tx, {
+            kind: 'self-update',
+            actor: { id: req.actor, email: req.actorEmail },
+            targetDigest: input.target.digest,
+            schemaMigration: preUpdateMigration,
+            detail: `from ${input.running.reference ?? 'unknown'} (${from}) to ${this.repository}:${input.target.tag} (${input.target.digest})`,
+          });
+          const actionId = String(action.id);
+          await updateSelfUpdate(tx, id, { actionId, preUpdateMigration });
+          return { actionId, preUpdateMigration };
         });
-        const actionId = String(action.id);
-        await updateSelfUpdate(db, id, { actionId, preUpdateMigration });
-        return { actionId, preUpdateMigration };
       }),
       removeLeftoverHelper: fromPromise<void, undefined>(async () => {
         if (await engine.removeHelper()) log.info(`removed a leftover ${HELPER_NAME}`);
@@ -212,7 +227,6 @@ export class SelfUpdateController {
 
     const actor = createActor(selfUpdateMachine.provide({ actors }), { input: { requestId: id } });
     this.actors.add(actor);
-    let chain: Promise<unknown> = Promise.resolve();
     let lastValue = '';
     const persist = (snap: SnapshotFrom<typeof selfUpdateMachine>) => {
       const value = JSON.stringify(snap.value);
@@ -261,7 +275,13 @@ export class SelfUpdateController {
   private async closeInterrupted(): Promise<void> {
     for (const r of await listSelfUpdates(this.d.db, { phases: ['requested', 'preflight'] })) {
       const log = this.d.logger.child({ requestId: r.requestId });
-      const helper = await this.d.engine.helperOf(r.requestId).catch(() => null);
+      let helper = await this.d.engine.helperOf(r.requestId).catch(() => null);
+      if (helper?.created) {
+        // Created but never started (the restart came between the two): nothing ran, so it is
+        // removed and the preflight undone like any other interrupted one.
+        await this.d.engine.removeHelper().catch((err: Error) => log.error({ err }, `cannot remove the never-started ${HELPER_NAME}`));
+        helper = null;
+      }
       if (helper) {
         // The helper was started just before the restart: the update is in flight.
         await updateSelfUpdate(this.d.db, r.requestId, { phase: 'helper-running', helperContainerId: helper.id, helperDeadline: this.helperDeadline() });

@@ -222,6 +222,49 @@ export async function runningJobs(db: Conn): Promise<{ jobId: string; kind: Acti
   return rows.map((r) => ({ jobId: r.job_id, kind: r.kind, runnerPid: r.runner_pid }));
 }
 
+const RECENTLY_ENDED = 20;
+
+/**
+ * Jobs that ended but whose end was not fully written: the backend stopped between the status row
+ * and the audit row or the `finished` event. Only the newest ended jobs can be caught so (a restart
+ * interrupts the few ending at that moment), so only they are looked at. Jobs whose events were all
+ * pruned by retention are left alone (no event at all and no audit row open).
+ */
+export async function unsettledEndedJobs(db: Conn): Promise<{
+  jobId: string; phase: 'completed' | 'failed'; detail: string | null; exitCode: number | null; state: string | null; hasFinished: boolean;
+}[]> {
+  const rows = await db
+    .selectFrom('deployment_job_status as s')
+    .select(['s.job_id', 's.phase', 's.detail', 's.exit_code', 's.snapshot'])
+    .select(({ exists, selectFrom }) =>
+      exists(selectFrom('deployment_job_events as e').select('e.seq').whereRef('e.job_id', '=', 's.job_id').where('e.type', '=', 'finished')).as('has_finished'),
+    )
+    .where('s.job_id', 'in', (eb) =>
+      eb.selectFrom('deployment_job_status').select('job_id').where('phase', 'in', ['completed', 'failed']).orderBy('finished_at', 'desc').limit(RECENTLY_ENDED),
+    )
+    .where(({ exists, not, and, or, selectFrom }) =>
+      or([
+        exists(selectFrom('deployment_actions as a').select('a.id').whereRef('a.job_id', '=', 's.job_id').where('a.status', '=', 'started')),
+        and([
+          not(exists(selectFrom('deployment_job_events as e').select('e.seq').whereRef('e.job_id', '=', 's.job_id').where('e.type', '=', 'finished'))),
+          exists(selectFrom('deployment_job_events as e').select('e.seq').whereRef('e.job_id', '=', 's.job_id')),
+        ]),
+      ]),
+    )
+    .execute();
+  return rows.map((r) => {
+    const value = (r.snapshot as { value?: unknown } | null)?.value;
+    return {
+      jobId: r.job_id,
+      phase: r.phase as 'completed' | 'failed',
+      detail: r.detail,
+      exitCode: r.exit_code,
+      state: typeof value === 'string' ? value : null,
+      hasFinished: Boolean(r.has_finished),
+    };
+  });
+}
+
 export async function countActiveJobs(db: Conn): Promise<number> {
   const r = await db
     .selectFrom('deployment_job_status')

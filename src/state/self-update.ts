@@ -226,6 +226,17 @@ export async function updateSelfUpdate(db: Conn, requestId: string, patch: SelfU
   return Number(res.numUpdatedRows) > 0;
 }
 
+/**
+ * Notes in the stored chart snapshot a change preflight is about to make and what it replaces
+ * (`context.changes.<key> = {before}`), so that a restart in the middle of the step still knows
+ * what to put back. Putting back a change that was never made is a no-op.
+ */
+export async function noteSelfUpdateChange(db: Conn, requestId: string, key: string, before: string | null): Promise<void> {
+  await sql`update self_update_status
+    set snapshot = jsonb_set(snapshot, array['context', 'changes', ${key}]::text[], ${JSON.stringify({ before })}::jsonb, true), updated_at = now()
+    where request_id = ${requestId} and snapshot ? 'context'`.execute(db);
+}
+
 /** The update whose helper was spawned and whose outcome is not recorded yet (at most one). */
 export async function pendingReconciliation(db: Conn): Promise<SelfUpdateView | undefined> {
   const r = await base(db).where('s.phase', '=', 'helper-running').orderBy('r.created_at', 'desc').executeTakeFirst();

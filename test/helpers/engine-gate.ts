@@ -1,0 +1,167 @@
+// A gate in front of the Docker engine's Unix socket for crash-injection tests: every request is
+// passed through to the real engine, except those matching an armed hold (method, path, and
+// optionally the client's User-Agent), which wait until the test releases them. A held request
+// whose client goes away (the backend was killed) is dropped without ever reaching the engine, so
+// a kill while held is a crash *before* the engine acted. Nothing in the installer knows about it:
+// the backend's DOCKER_SOCKET (which compose follows too) simply points at the gate's socket.
+import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { connect, type Socket } from 'node:net';
+import { rmSync } from 'node:fs';
+
+export interface HoldRule {
+  method: string;
+  path: RegExp;
+  userAgent?: RegExp;
+}
+
+export interface HeldRequest {
+  method: string;
+  path: string;
+  userAgent: string;
+  /** True once the client closed its connection while the request was held. */
+  clientGone: boolean;
+  release(): void;
+  /** Answers the request with an engine error instead of passing it on. */
+  fail(status: number, message: string): void;
+}
+
+export interface Hold {
+  rule: HoldRule;
+  held: HeldRequest[];
+  /** Resolves with the first request this hold caught (or rejects after the timeout). */
+  hit(timeoutMs?: number): Promise<HeldRequest>;
+  /** Disarms the hold and lets everything it holds through. */
+  release(): void;
+}
+
+export class EngineGate {
+  private server: Server | undefined;
+  private readonly holds = new Set<Hold & { waiters: ((h: HeldRequest) => void)[] }>();
+  private readonly sockets = new Set<Socket>();
+  /** Every request seen, `METHOD path`, for diagnostics. */
+  readonly seen: string[] = [];
+
+  constructor(
+    readonly socketPath: string,
+    private readonly upstream = '/var/run/docker.sock',
+  ) {}
+
+  async start(): Promise<void> {
+    rmSync(this.socketPath, { force: true });
+    const server = createServer((req, res) => this.onRequest(req, res));
+    // Held requests and followed log streams last as long as they need to.
+    server.requestTimeout = 0;
+    server.headersTimeout = 0;
+    server.keepAliveTimeout = 60_000;
+    server.on('connection', (s) => {
+      this.sockets.add(s);
+      s.on('close', () => this.sockets.delete(s));
+    });
+    server.on('upgrade', (req, socket, head) => this.onUpgrade(req, socket as Socket, head));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.socketPath, () => resolve());
+    });
+    this.server = server;
+  }
+
+  async close(): Promise<void> {
+    for (const h of this.holds) h.release();
+    for (const s of this.sockets) s.destroy();
+    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+    rmSync(this.socketPath, { force: true });
+  }
+
+  hold(rule: HoldRule): Hold {
+    const held: HeldRequest[] = [];
+    const waiters: ((h: HeldRequest) => void)[] = [];
+    const h = {
+      rule,
+      held,
+      waiters,
+      hit: (timeoutMs = 60_000) =>
+        new Promise<HeldRequest>((resolve, reject) => {
+          if (held[0]) return resolve(held[0]);
+          const timer = setTimeout(() => reject(new Error(`no ${rule.method} ${rule.path} reached the engine gate in ${timeoutMs} ms; seen: ${this.seen.slice(-15).join(' | ')}`)), timeoutMs);
+          waiters.push((r) => {
+            clearTimeout(timer);
+            resolve(r);
+          });
+        }),
+      release: () => {
+        this.holds.delete(h);
+        for (const r of held) r.release();
+      },
+    };
+    this.holds.add(h);
+    return h;
+  }
+
+  private match(req: IncomingMessage): (Hold & { waiters: ((h: HeldRequest) => void)[] }) | undefined {
+    const ua = req.headers['user-agent'] ?? '';
+    for (const h of this.holds) {
+      if (h.rule.method === req.method && h.rule.path.test(req.url ?? '') && (!h.rule.userAgent || h.rule.userAgent.test(ua))) return h;
+    }
+    return undefined;
+  }
+
+  private onRequest(req: IncomingMessage, res: ServerResponse): void {
+    this.seen.push(`${req.method} ${req.url} [${req.headers["user-agent"] ?? ""}]`);
+    if (this.seen.length > 500) this.seen.splice(0, 100);
+    const h = this.match(req);
+    if (!h) return this.forward(req, res);
+    let released = false;
+    const held: HeldRequest = {
+      method: req.method ?? '',
+      path: req.url ?? '',
+      userAgent: req.headers['user-agent'] ?? '',
+      clientGone: false,
+      release: () => {
+        if (released) return;
+        released = true;
+        if (!held.clientGone) this.forward(req, res);
+      },
+      fail: (status, message) => {
+        if (released) return;
+        released = true;
+        req.resume();
+        res.writeHead(status, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ message }));
+      },
+    };
+    req.socket.on('close', () => {
+      if (!released) held.clientGone = true;
+    });
+    h.held.push(held);
+    for (const w of h.waiters.splice(0)) w(held);
+  }
+
+  private forward(req: IncomingMessage, res: ServerResponse): void {
+    const up = request({ socketPath: this.upstream, method: req.method, path: req.url, headers: req.headers }, (upRes) => {
+      res.writeHead(upRes.statusCode ?? 502, upRes.headers);
+      upRes.pipe(res);
+    });
+    up.on('error', (err) => {
+      if (!res.headersSent) res.writeHead(502, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ message: `engine gate: ${err.message}` }));
+    });
+    res.on('close', () => up.destroy());
+    req.pipe(up);
+  }
+
+  /** Hijacked connections (attach, exec): replay the request head and splice both ways. */
+  private onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
+    this.seen.push(`${req.method} ${req.url} (upgrade)`);
+    const up = connect(this.upstream, () => {
+      let text = `${req.method} ${req.url} HTTP/${req.httpVersion}\r\n`;
+      for (let i = 0; i < req.rawHeaders.length; i += 2) text += `${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}\r\n`;
+      up.write(`${text}\r\n`);
+      if (head.length) up.write(head);
+      up.pipe(socket);
+      socket.pipe(up);
+    });
+    up.on('error', () => socket.destroy());
+    socket.on('error', () => up.destroy());
+    socket.on('close', () => up.destroy());
+  }
+}
