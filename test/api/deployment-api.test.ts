@@ -51,7 +51,7 @@ describe('POST /api/deployment/jobs', () => {
   it('attributes a service-token request to the forwarded user', async () => {
     const res = await t.app.inject({
       method: 'POST', url: '/api/deployment/jobs',
-      headers: { authorization: `Bearer ${t.wired.deps.serviceToken()}`, 'x-actor-user-id': 'user-77', 'x-actor-email': 'u77@example.com' },
+      headers: { authorization: `Bearer ${t.wired.deps.serviceTokens()[0]}`, 'x-actor-user-id': 'user-77', 'x-actor-email': 'u77@example.com' },
       payload: { action: 'pull' },
     });
     expect(res.statusCode).toBe(202);

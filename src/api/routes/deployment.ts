@@ -55,6 +55,15 @@ const viewJob = (j: JobView): z.infer<typeof jobSchema> => ({
 const jobIdParams = z.object({ jobId: z.uuid({ error: 'must be a job id (a UUID)' }) });
 const accepted = z.object({ jobId: z.string(), kind: z.string(), status: z.literal('queued') });
 
+// Decimal digits only: Number() would also take ' 5', '5.0', '0x10' and '1e2'.
+const limitParam = z
+  .string()
+  .regex(/^\d{1,9}$/, 'must be an integer')
+  .transform(Number)
+  .pipe(z.number().min(1, 'must be at least 1').max(ACTIONS_LIMIT.max, `must be at most ${ACTIONS_LIMIT.max}`))
+  .default(ACTIONS_LIMIT.default)
+  .describe(`Rows to return (default ${ACTIONS_LIMIT.default}, at most ${ACTIONS_LIMIT.max})`);
+
 function parseSeq(raw: string | undefined, name: string): number | undefined {
   if (raw === undefined || raw === '') return undefined;
   if (!/^\d{1,15}$/.test(raw)) throw badRequest(`${name}: must be a non-negative integer event sequence number`);
@@ -87,7 +96,8 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
       schema: {
         tags: ['deployment'],
         summary: 'Request a platform action; answered 202 with the jobId to follow',
-        body: z.object({
+        // Strict: a misspelled field (`service` for `services`) must not act on the whole platform.
+        body: z.strictObject({
           action: z.enum(JOB_ACTIONS),
           services: z.array(z.string().regex(SERVICE_NAME, 'must be a compose service name')).max(50).optional(),
         }),
@@ -136,7 +146,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
       schema: {
         tags: ['deployment'],
         summary: 'Recent jobs, newest first',
-        querystring: z.object({ limit: z.coerce.number().int().min(1).max(ACTIONS_LIMIT.max).default(ACTIONS_LIMIT.default) }),
+        querystring: z.object({ limit: limitParam }),
         response: { 200: z.array(jobSchema) },
       },
     },
@@ -161,13 +171,15 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
         tags: ['deployment'],
         summary: "SSE stream of a job's events: replays from the start, after `after=<seq>` or after Last-Event-ID, then follows live; ends after `finished`",
         params: jobIdParams,
-        querystring: z.object({ after: z.string().optional() }),
+        querystring: z.object({ after: z.string().optional().describe('Replay events after this sequence number (a non-negative integer)') }),
+        // Loose: the validated object replaces request.headers, and every other header must stay.
+        headers: z.looseObject({ 'last-event-id': z.string().optional().describe('Resume after this sequence number (as `after`)') }),
       },
     },
     async (req, reply) => {
       const jobId = req.params.jobId;
       const after = parseSeq(req.query.after, 'after');
-      const lastId = parseSeq(req.headers['last-event-id'] as string | undefined, 'Last-Event-ID');
+      const lastId = parseSeq(req.headers['last-event-id'], 'Last-Event-ID');
       if (!(await getJob(db, jobId))) throw notFound(`no job ${jobId}`);
       // Commit the stream now: the client knows it is connected, and heartbeats start even
       // while a job is quiet (the plugin starts them with the headers).
@@ -237,14 +249,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
       schema: {
         tags: ['deployment'],
         summary: `The audit trail, newest first (limit default ${ACTIONS_LIMIT.default}, at most ${ACTIONS_LIMIT.max})`,
-        querystring: z.object({
-          limit: z.coerce
-            .number({ error: 'must be an integer' })
-            .int('must be an integer')
-            .min(1, 'must be at least 1')
-            .max(ACTIONS_LIMIT.max, `must be at most ${ACTIONS_LIMIT.max}`)
-            .default(ACTIONS_LIMIT.default),
-        }),
+        querystring: z.object({ limit: limitParam }),
         response: {
           200: z.array(
             z.object({
@@ -256,12 +261,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
         },
       },
     },
-    async (req) =>
-      (await listActions(db, req.query.limit)).map((a) => ({
-        id: String(a.id), kind: a.kind, status: a.status, exitCode: a.exit_code, actor: a.actor, actorEmail: a.actor_email,
-        detail: a.detail, targetDigest: a.target_digest, schemaMigration: a.schema_migration, jobId: a.job_id,
-        createdAt: new Date(a.created_at).toISOString(), finishedAt: iso(a.finished_at ? new Date(a.finished_at) : null),
-      })),
+    async (req) => listActions(db, req.query.limit),
   );
 
   app.get(
@@ -343,7 +343,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
         tags: ['deployment'],
         summary: 'Change .env keys (stored encrypted as desired state); apply-config writes them and recreates the services',
         body: z
-          .object({
+          .strictObject({
             set: z
               .record(
                 z.string().regex(ENV_KEY, 'keys must be letters, digits and _ and not start with a digit'),
