@@ -10,6 +10,8 @@ export interface Figure {
   value: number;
   unit: string;
   goal?: string;
+  /** Whether the goal is met, when the bench decides it: printed as a mark after the goal. */
+  ok?: boolean;
 }
 
 export type Bench = (log: (msg: string) => void) => Promise<Figure[]>;
@@ -26,7 +28,7 @@ for (const f of files) {
     const mod = (await import(pathToFileURL(path.join(dir, f)).href)) as { default: Bench };
     const figures = await mod.default((m) => process.stdout.write(`  ${m}\n`));
     for (const fig of figures) {
-      process.stdout.write(`${fig.name}: ${Number.isInteger(fig.value) ? fig.value : fig.value.toFixed(2)} ${fig.unit}${fig.goal ? `  (goal ${fig.goal})` : ''}\n`);
+      process.stdout.write(`${fig.name}: ${Number.isInteger(fig.value) ? fig.value : fig.value.toFixed(2)} ${fig.unit}${fig.goal ? `  (goal ${fig.goal})` : ''}${fig.ok === undefined ? '' : fig.ok ? '  pass' : '  FAIL'}\n`);
     }
   } catch (err) {
     failures++;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up the local test rig on a Debian 12 machine (root, no systemd, network only
 # to Debian's mirror and the npm registry):
-#   1. Debian packages (docker.io, docker-registry, debootstrap, ...) and the compose
+#   1. Debian packages (docker.io, docker-registry, debootstrap, wrk, ...) and the compose
 #      v2 plugin from Debian trixie (the system stays on bookworm);
 #   2. a Docker engine on /var/run/docker.sock (no iptables, no default bridge);
 #   3. a registry on 127.0.0.1:5000;
@@ -67,7 +67,7 @@ make_tmp() {
 }
 
 # ---------------------------------------------------------------- 1. packages
-PACKAGES=(docker.io docker-registry debootstrap shellcheck chromium busybox-static iproute2 curl)
+PACKAGES=(docker.io docker-registry debootstrap shellcheck chromium busybox-static iproute2 curl wrk)
 
 pkg_installed() {
   [[ $(dpkg-query -W -f='${db:Status-Abbrev}' "$1" 2>/dev/null) == "ii " ]]
