@@ -277,9 +277,19 @@ describe('time windows (GET /api/deployment-log, admin)', () => {
     const got = logLines(bounded.events);
     expect(got.at(-1)!.timestamp <= until.replace('Z', '000000Z')).toBe(true);
     expect(bounded.events.at(-1)).toEqual({ event: 'end', data: { lines: got.length } });
-    // Everything the engine stamped inside the window, nothing else.
+    // Everything the engine stamped inside the window, nothing else, none twice.
     const held = (await allEngineLines()).filter((l) => l.timestamp >= start.replace('Z', '000000Z') && l.timestamp <= until.replace('Z', '000000Z'));
-    expect(got).toEqual(held);
+    expect(merged(got)).toEqual(held);
+    // What the engine held when the request came is history: one strict timestamp order. The rest
+    // is live: each container exactly in order, across containers as delivered (ADR 0007).
+    const requestedAt = new Date(started).toISOString().replace('Z', '000000Z');
+    const history = got.filter((l) => l.timestamp < requestedAt);
+    expect(history.length).toBeGreaterThan(0);
+    expect(got.slice(0, history.length)).toEqual(merged(history));
+    for (const c of new Set(got.map((l) => l.container))) {
+      const mine = got.filter((l) => l.container === c);
+      expect(mine).toEqual(held.filter((l) => l.container === c));
+    }
   });
 
   it('answers 400 naming the parameter, and 403 to non-admins', async () => {
