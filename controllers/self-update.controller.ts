@@ -11,7 +11,7 @@ import type { Database } from '../src/db/database.ts';
 import type { RuntimePort } from '../src/api/ports.ts';
 import { resolveChannel } from '../src/config.ts';
 import { currentMigration } from '../src/db/migrate.ts';
-import { recordFinished, recordStarted } from '../src/state/actions.ts';
+import { auditTrailChanged, recordFinished, recordStarted } from '../src/state/actions.ts';
 import { countActiveJobs } from '../src/state/jobs.ts';
 import {
   claimNextSelfUpdate, listSelfUpdates, noteSelfUpdateChange, pendingReconciliation, SELF_UPDATE_CHANNEL, updateSelfUpdate, type SelfUpdateView,
@@ -200,7 +200,7 @@ export class SelfUpdateController {
         const from = input.running.digest ?? input.running.imageId ?? 'unknown';
         // One transaction: a restart between the two would leave an audit row `started` that no
         // request refers to, which nothing would ever finish.
-        return db.transaction().execute(async (tx) => {
+        const recorded = await db.transaction().execute(async (tx) => {
           const action = await recordStarted(tx, {
             kind: 'self-update',
             actor: { id: req.actor, email: req.actorEmail },
@@ -212,6 +212,8 @@ export class SelfUpdateController {
           await updateSelfUpdate(tx, id, { actionId, preUpdateMigration });
           return { actionId, preUpdateMigration };
         });
+        auditTrailChanged(); // committed now: cached audit pages read before this are stale
+        return recorded;
       }),
       removeLeftoverHelper: fromPromise<void, undefined>(async () => {
         if (await engine.removeHelper()) log.info(`removed a leftover ${HELPER_NAME}`);
@@ -342,6 +344,7 @@ export class SelfUpdateController {
           if (p.actionId) await recordFinished(tx, p.actionId, { status: outcome === 'completed' ? 'completed' : 'failed', exitCode: helper.exitCode, detail });
           return true;
         });
+        auditTrailChanged();
         if (!changed) return; // another process reconciled it meanwhile
         const fields = { requestId: p.requestId, outcome, targetDigest: p.targetDigest, runningDigest: input.now.digest, helperExitCode: helper.exitCode, helperStatus: helper.status };
         if (outcome === 'completed') logger.info(fields, `self-update completed: ${detail}`);

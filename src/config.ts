@@ -79,6 +79,8 @@ export const settingsSchema = z.object({
   JOB_EVENT_RETENTION_DAYS: positiveInt.default(30),
   JOB_MEMORY_RETENTION_MINUTES: positiveInt.default(60),
   LOG_CLIENT_STALL_SECONDS: positiveInt.max(3600, 'must be at most 3600').default(30),
+  /** How long a page of the audit trail is reused (ms); 0: every request reads the database (docs/adr/0014-audit-trail-reads.md). */
+  AUDIT_CACHE_MS: z.coerce.number().int('must be an integer').min(0, 'must be at least 0').max(5000, 'must be at most 5000').default(250),
 });
 
 export type RawSettings = z.infer<typeof settingsSchema>;

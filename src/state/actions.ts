@@ -14,7 +14,24 @@ export interface StartAction {
   schemaMigration?: string | null;
 }
 
+// Every write of this process to the audit trail counts here, once its statement has returned: a
+// cached page read before a write is never served after it (see AuditTrailPages).
+let writes = 0;
+
+/** Call after a transaction that wrote audit rows has committed (the writes counted before the commit). */
+export function auditTrailChanged(): void {
+  writes++;
+}
+
 export async function recordStarted(db: Conn, a: StartAction): Promise<DeploymentAction> {
+  try {
+    return await insertStarted(db, a);
+  } finally {
+    writes++;
+  }
+}
+
+async function insertStarted(db: Conn, a: StartAction): Promise<DeploymentAction> {
   return db
     .insertInto('deployment_actions')
     .values({
@@ -34,6 +51,18 @@ export async function recordStarted(db: Conn, a: StartAction): Promise<Deploymen
 }
 
 export async function recordFinished(
+  db: Conn,
+  id: string,
+  outcome: { status: 'completed' | 'failed'; exitCode?: number | null; detail?: string | null },
+): Promise<DeploymentAction | undefined> {
+  try {
+    return await updateFinished(db, id, outcome);
+  } finally {
+    writes++;
+  }
+}
+
+async function updateFinished(
   db: Conn,
   id: string,
   outcome: { status: 'completed' | 'failed'; exitCode?: number | null; detail?: string | null },
@@ -87,4 +116,53 @@ export async function listActions(db: Conn, limit: number): Promise<ActionView[]
     .orderBy('id', 'desc')
     .limit(limit)
     .execute();
+}
+
+/** How long a page of the audit trail is reused by default (the AUDIT_CACHE_MS setting). */
+export const AUDIT_CACHE_MS_DEFAULT = 250;
+
+interface Page {
+  /** The rendered answer as UTF-8 bytes, or the read still in flight (callers meanwhile share it). */
+  body: Promise<Buffer>;
+  /** When the read started (performance.now()), and the write count then. */
+  at: number;
+  writes: number;
+}
+
+/**
+ * Pages of the audit trail, rendered once and reused for `maxAgeMs` (docs/adr/0014-audit-trail-reads.md).
+ * The audit list is the API's most polled read and changes a few times per job: callers within the
+ * same quarter second share one query and one rendering. A page read before a write of this
+ * process is never served after that write; a write by another process (another installer version
+ * during a self-update) shows within `maxAgeMs`. A failed read is not kept: each caller gets the
+ * error (503 when the database is down). `maxAgeMs` 0: every call reads.
+ */
+export class AuditTrailPages {
+  private readonly pages = new Map<number, Page>();
+  private static readonly MAX_PAGES = 16;
+
+  constructor(
+    private readonly db: Conn,
+    private readonly render: (rows: ActionView[]) => string,
+    private readonly maxAgeMs = AUDIT_CACHE_MS_DEFAULT,
+  ) {}
+
+  /** The page of `limit` rows as JSON, encoded once: every caller is sent the same bytes. */
+  json(limit: number): Promise<Buffer> {
+    if (this.maxAgeMs <= 0) return this.read(limit);
+    const now = performance.now();
+    const hit = this.pages.get(limit);
+    if (hit && hit.writes === writes && now - hit.at < this.maxAgeMs) return hit.body;
+    if (!hit && this.pages.size >= AuditTrailPages.MAX_PAGES) this.pages.clear();
+    const page: Page = { at: now, writes, body: this.read(limit) };
+    this.pages.set(limit, page);
+    page.body.catch(() => {
+      if (this.pages.get(limit) === page) this.pages.delete(limit);
+    });
+    return page.body;
+  }
+
+  private async read(limit: number): Promise<Buffer> {
+    return Buffer.from(this.render(await listActions(this.db, limit)), 'utf8');
+  }
 }

@@ -15,6 +15,7 @@ import { login, percentile, requestJob, startDedicatedPostgres, startLoad, UNAVA
 import { DATABASE_UNAVAILABLE } from '../../src/errors.ts';
 import { CONNECT_TIMEOUT_MS, QUERY_TIMEOUT_GRACE_MS, STATEMENT_TIMEOUT_MS } from '../../src/db/database.ts';
 import { HEALTH_MAX_AGE_MS } from '../../src/state/health.ts';
+import { AUDIT_CACHE_MS_DEFAULT } from '../../src/state/actions.ts';
 
 type Fault = 'stop' | 'kill' | 'pause';
 const FAULTS: Fault[] = ['stop', 'kill', 'pause'];
@@ -124,9 +125,9 @@ async function outage(kind: Fault) {
   const listenMs = await waitListeners();
 
   const during = l.answers.filter((a) => a.at >= tDown && ended(a) <= tStart);
-  // Health may reuse an answer from just before the fault for its cache's lifetime.
+  // Health and the audit trail may reuse an answer from just before the fault for its lifetime.
   const health = during.filter((a) => a.path === '/api/health' && a.at >= tDown + HEALTH_MAX_AGE_MS);
-  const dbBacked = during.filter((a) => a.path !== '/api/health');
+  const dbBacked = during.filter((a) => a.path !== '/api/health' && (!a.path.startsWith('/api/deployment/actions') || a.at >= tDown + AUDIT_CACHE_MS_DEFAULT));
   const firstDown = l.answers.filter((a) => a.path === '/api/health' && a.at >= tFault && a.status === 503).map(ended).sort((a, b) => a - b)[0];
   const figures = {
     fault: `docker ${kind}`,

@@ -1,9 +1,10 @@
 // Platform actions as desired-state requests, their job streams, the audit trail and the status.
 // Routes write requests and read state; the jobs controller does the work (architecture.md).
+import type { FastifyReply } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { createJob, getJob, listJobs, requestCancel, type JobView } from '../../state/jobs.ts';
-import { listActions } from '../../state/actions.ts';
+import { AuditTrailPages } from '../../state/actions.ts';
 import { ACTION_KINDS, type ActionKind } from '../../db/schema.ts';
 import type { JobEventRecord } from '../../state/job-events.ts';
 import { putConfigChanges, pendingConfigChanges } from '../../state/platform-config.ts';
@@ -64,6 +65,14 @@ const limitParam = z
   .default(ACTIONS_LIMIT.default)
   .describe(`Rows to return (default ${ACTIONS_LIMIT.default}, at most ${ACTIONS_LIMIT.max})`);
 
+const actionList = z.array(
+  z.object({
+    id: z.string(), kind: z.string(), status: z.string(), exitCode: z.number().nullable(), actor: z.string(),
+    actorEmail: z.string().nullable(), detail: z.string().nullable(), targetDigest: z.string().nullable(),
+    schemaMigration: z.string().nullable(), jobId: z.string().nullable(), createdAt: z.string(), finishedAt: z.string().nullable(),
+  }),
+);
+
 function parseSeq(raw: string | undefined, name: string): number | undefined {
   if (raw === undefined || raw === '') return undefined;
   if (!/^\d{1,15}$/.test(raw)) throw badRequest(`${name}: must be a non-negative integer event sequence number`);
@@ -73,6 +82,9 @@ function parseSeq(raw: string | undefined, name: string): number | undefined {
 export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
   const { database, events, platform } = app.deps;
   const db = database.db;
+  // Rendered pages of the audit trail: checked against the response schema once per read, then
+  // reused by every caller for AUDIT_CACHE_MS (docs/adr/0014-audit-trail-reads.md).
+  const auditPages = new AuditTrailPages(db, (rows) => JSON.stringify(actionList.parse(rows.map((r) => ({ ...r, id: String(r.id) })))), app.deps.settings.AUDIT_CACHE_MS);
 
   async function checkServices(services: string[] | undefined): Promise<string[]> {
     if (!services?.length) return [];
@@ -250,18 +262,12 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
         tags: ['deployment'],
         summary: `The audit trail, newest first (limit default ${ACTIONS_LIMIT.default}, at most ${ACTIONS_LIMIT.max})`,
         querystring: z.object({ limit: limitParam }),
-        response: {
-          200: z.array(
-            z.object({
-              id: z.string(), kind: z.string(), status: z.string(), exitCode: z.number().nullable(), actor: z.string(),
-              actorEmail: z.string().nullable(), detail: z.string().nullable(), targetDigest: z.string().nullable(),
-              schemaMigration: z.string().nullable(), jobId: z.string().nullable(), createdAt: z.string(), finishedAt: z.string().nullable(),
-            }),
-          ),
-        },
+        response: { 200: actionList },
       },
     },
-    async (req) => listActions(db, req.query.limit),
+    // The page comes rendered (checked against actionList when it was read): a string with a JSON
+    // content type is sent as is, past the serializer, which the typed reply does not model.
+    async (req, reply) => (reply as FastifyReply).type('application/json; charset=utf-8').send(await auditPages.json(req.query.limit)),
   );
 
   app.get(

@@ -1,0 +1,116 @@
+// Reused pages of the audit trail (docs/adr/0014-audit-trail-reads.md), on the machine's Postgres:
+// what is reused, for how long, and what is never served stale.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { AuditTrailPages, auditTrailChanged, recordFinished, recordStarted, type ActionView } from '../../src/state/actions.ts';
+import type { DB } from '../../src/db/schema.ts';
+
+let t: TestDatabase;
+/** A second connection pool that counts the selects the pages make. */
+let counted: Kysely<DB>;
+let selects = 0;
+/** Another session, as another installer process would write. */
+let other: pg.Client;
+
+beforeAll(async () => {
+  t = await createTestDatabase();
+  counted = new Kysely<DB>({
+    dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: t.url, max: 3 }) }),
+    log: (e) => {
+      if (e.level === 'query' && /from "deployment_actions"/.test(e.query.sql)) selects++;
+    },
+  });
+  other = new pg.Client({ connectionString: t.url });
+  await other.connect();
+});
+
+afterAll(async () => {
+  await other?.end();
+  await counted?.destroy();
+  await t?.drop();
+});
+
+const actor = { id: 'alice', email: 'alice@example.com' };
+const render = (rows: ActionView[]) => JSON.stringify(rows.map((r) => [String(r.id), r.status, r.detail]));
+const details = async (p: AuditTrailPages, limit = 10) => (JSON.parse((await p.json(limit)).toString()) as [string, string, string][]).map((r) => `${r[2]}:${r[1]}`);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const insertElsewhere = (detail: string) =>
+  other.query(`insert into deployment_actions (kind, status, actor, detail) values ('stop', 'completed', 'bob', $1)`, [detail]);
+
+describe('audit trail pages', () => {
+  it('shares one read among callers within the age, per limit', async () => {
+    const pages = new AuditTrailPages(counted, render, 10_000);
+    await recordStarted(t.database.db, { kind: 'stop', actor, detail: 'a' });
+    const before = selects;
+    const answers = await Promise.all(Array.from({ length: 20 }, () => pages.json(10)));
+    expect(answers.every((a) => a === answers[0])).toBe(true); // the very same bytes
+    expect(await pages.json(10)).toBe(answers[0]);
+    expect(selects - before).toBe(1);
+    await pages.json(3); // another limit is another page
+    expect(selects - before).toBe(2);
+  });
+
+  it("shows this process's writes at once, started and finished", async () => {
+    const pages = new AuditTrailPages(counted, render, 10_000);
+    expect(await details(pages)).not.toContain('b:started');
+    const row = await recordStarted(t.database.db, { kind: 'restart', actor, detail: 'b' });
+    expect((await details(pages))[0]).toBe('b:started');
+    await recordFinished(t.database.db, String(row.id), { status: 'completed', exitCode: 0 });
+    expect((await details(pages))[0]).toBe('b:completed');
+  });
+
+  it("shows another process's writes once the age has passed", async () => {
+    const pages = new AuditTrailPages(counted, render, 300);
+    expect(await details(pages)).not.toContain('c:completed');
+    await insertElsewhere('c');
+    expect(await details(pages)).not.toContain('c:completed'); // still the page read before it
+    await sleep(350);
+    expect((await details(pages))[0]).toBe('c:completed');
+  });
+
+  it('does not serve a read that was in flight when a write happened', async () => {
+    const pages = new AuditTrailPages(counted, render, 10_000);
+    // Hold the next read behind a lock another session takes.
+    await other.query('begin');
+    await other.query('lock table deployment_actions in access exclusive mode');
+    const before = selects;
+    const held = pages.json(10);
+    const sharing = pages.json(10); // before any write: shares the held read
+    await sleep(100);
+    auditTrailChanged(); // a write of this process while the read waits
+    const after = pages.json(10); // must not share the read that started before the write
+    await other.query('commit');
+    await Promise.all([held, sharing, after]);
+    expect(selects - before).toBe(2);
+    await pages.json(10); // the read started after the write is the page now
+    expect(selects - before).toBe(2);
+  });
+
+  it('keeps no failed read: each caller gets the error, and the next call reads again', async () => {
+    const failing = new AuditTrailPages(counted, () => {
+      throw new Error('render failed');
+    }, 10_000);
+    await expect(failing.json(10)).rejects.toThrow('render failed');
+    const before = selects;
+    await expect(failing.json(10)).rejects.toThrow('render failed');
+    expect(selects - before).toBe(1);
+  });
+
+  it('reads every time when the age is 0', async () => {
+    const pages = new AuditTrailPages(counted, render, 0);
+    const before = selects;
+    await pages.json(10);
+    await pages.json(10);
+    expect(selects - before).toBe(2);
+    await insertElsewhere('e');
+    expect((await details(pages))[0]).toBe('e:completed');
+  });
+
+  it('still reads the database in order of creation, newest first', async () => {
+    const pages = new AuditTrailPages(t.database.db, render, 0);
+    const rows = await sql<{ detail: string }>`select detail from deployment_actions order by created_at desc, id desc limit 10`.execute(t.database.db);
+    expect((JSON.parse((await pages.json(10)).toString()) as [string, string, string][]).map((r) => r[2])).toEqual(rows.rows.map((r) => r.detail));
+  });
+});
