@@ -180,7 +180,8 @@ export class JobsController {
 
   private async finishAudit(jobId: string, status: 'completed' | 'failed', exitCode: number | null, detail: string | null): Promise<void> {
     const rows = await this.d.db.selectFrom('deployment_actions').select('id').where('job_id', '=', jobId).where('status', '=', 'started').execute();
-    for (const r of rows) await recordFinished(this.d.db, r.id, { status, exitCode, detail });
+    // No detail (a success) keeps the one written at the start: which services were acted on.
+    for (const r of rows) await recordFinished(this.d.db, r.id, { status, exitCode, ...(detail !== null ? { detail } : {}) });
   }
 
   private async run(job: JobView): Promise<void> {

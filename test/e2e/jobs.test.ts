@@ -53,7 +53,7 @@ describe('platform actions on the real engine', () => {
     expect(events.some((e) => e.event === 'phase' && String(e.data.command).includes('restart worker'))).toBe(true);
     const rows = await audit(jobId);
     expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ kind: 'restart', status: 'completed', exit_code: 0, actor: 'operator' });
+    expect(rows[0]).toMatchObject({ kind: 'restart', status: 'completed', exit_code: 0, actor: 'operator', detail: 'services: worker' });
     // Every output line is mirrored to the backend's log, prefixed with the job id.
     const out = lines(events);
     expect(out.length).toBeGreaterThan(0);
