@@ -1,5 +1,7 @@
 // The API client: the bearer token lives in sessionStorage (gone when the tab closes); a 401 from
 // any call clears it and sends the user to sign-in.
+import type { ContainerView as Container } from '../../api/ports.ts';
+
 export type Role = 'viewer' | 'operator' | 'admin';
 const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
 
@@ -105,16 +107,6 @@ export async function api<T>(path: string, init: Parameters<typeof request>[1] =
 
 // ---- shapes the UI reads (see the OpenAPI document at /api/docs/json) ----------------------
 
-export interface Container {
-  name: string;
-  service: string;
-  state: string;
-  health: string | null;
-  image: string;
-  digest: string | null;
-  since: string | null;
-}
-
 export interface Job {
   jobId: string;
   kind: string;
@@ -193,8 +185,10 @@ export interface MigrateInfo {
   lastJob: { jobId: string; phase: string; detail: string | null; createdAt: string } | null;
 }
 
-// The chart shapes are the API's own (GET /api/machines), imported as types only.
+// The chart and container shapes are the API's own (GET /api/machines, the status and logs
+// endpoints), imported as types only.
 export type { ChartNode, ChartEdge, ChartInstance, ChartView as Chart } from '../../api/ports.ts';
+export type { Container };
 
 export interface LogLine {
   container: string;
