@@ -18,6 +18,22 @@ export interface RuntimePort {
   version(): Promise<VersionInfo>;
 }
 
+/** An audit row as GET /api/deployment/actions sends it, times ISO 8601 UTC (the UI reads this type too). */
+export interface ActionView {
+  id: string;
+  kind: string;
+  status: string;
+  exitCode: number | null;
+  actor: string;
+  actorEmail: string | null;
+  detail: string | null;
+  targetDigest: string | null;
+  schemaMigration: string | null;
+  jobId: string | null;
+  createdAt: string;
+  finishedAt: string | null;
+}
+
 export interface ContainerView {
   name: string;
   service: string;

@@ -82,22 +82,6 @@ async function updateFinished(
     .executeTakeFirst();
 }
 
-/** An audit row as the API shows it, timestamps already ISO 8601 UTC strings. */
-export interface ActionView {
-  id: string;
-  kind: ActionKind;
-  status: string;
-  exitCode: number | null;
-  actor: string;
-  actorEmail: string | null;
-  detail: string | null;
-  targetDigest: string | null;
-  schemaMigration: string | null;
-  jobId: string | null;
-  createdAt: string;
-  finishedAt: string | null;
-}
-
 /** A timestamptz as ISO 8601 in UTC with milliseconds, formatted by Postgres (as Date#toISOString would). */
 const isoUtc = (column: string) => sql<string>`to_char(${sql.ref(column)} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
 
@@ -105,7 +89,7 @@ const isoUtc = (column: string) => sql<string>`to_char(${sql.ref(column)} at tim
  * The newest audit rows. The audit trail is the most polled list of the API: Postgres formats the
  * times, so no row pays for parsing a timestamp into a Date and printing it again.
  */
-export async function listActions(db: Conn, limit: number): Promise<ActionView[]> {
+export async function listActions(db: Conn, limit: number) {
   return db
     .selectFrom('deployment_actions')
     .select([
@@ -117,6 +101,9 @@ export async function listActions(db: Conn, limit: number): Promise<ActionView[]
     .limit(limit)
     .execute();
 }
+
+/** An audit row as listActions reads it: the API's shape, times already ISO 8601 UTC strings. */
+export type ActionRow = Awaited<ReturnType<typeof listActions>>[number];
 
 /** How long a page of the audit trail is reused by default (the AUDIT_CACHE_MS setting). */
 export const AUDIT_CACHE_MS_DEFAULT = 250;
@@ -143,7 +130,7 @@ export class AuditTrailPages {
 
   constructor(
     private readonly db: Conn,
-    private readonly render: (rows: ActionView[]) => string,
+    private readonly render: (rows: ActionRow[]) => string,
     private readonly maxAgeMs = AUDIT_CACHE_MS_DEFAULT,
   ) {}
 

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-import { AuditTrailPages, auditTrailChanged, recordFinished, recordStarted, type ActionView } from '../../src/state/actions.ts';
+import { AuditTrailPages, auditTrailChanged, recordFinished, recordStarted, type ActionRow } from '../../src/state/actions.ts';
 import type { DB } from '../../src/db/schema.ts';
 
 let t: TestDatabase;
@@ -33,7 +33,7 @@ afterAll(async () => {
 });
 
 const actor = { id: 'alice', email: 'alice@example.com' };
-const render = (rows: ActionView[]) => JSON.stringify(rows.map((r) => [String(r.id), r.status, r.detail]));
+const render = (rows: ActionRow[]) => JSON.stringify(rows.map((r) => [String(r.id), r.status, r.detail]));
 const details = async (p: AuditTrailPages, limit = 10) => (JSON.parse((await p.json(limit)).toString()) as [string, string, string][]).map((r) => `${r[2]}:${r[1]}`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const insertElsewhere = (detail: string) =>

@@ -7,6 +7,7 @@ import { createJob, getJob, listJobs, requestCancel, type JobView } from '../../
 import { AuditTrailPages } from '../../state/actions.ts';
 import { ACTION_KINDS, type ActionKind } from '../../db/schema.ts';
 import type { JobEventRecord } from '../../state/job-events.ts';
+import type { ActionView } from '../ports.ts';
 import { putConfigChanges, pendingConfigChanges } from '../../state/platform-config.ts';
 import { badRequest, conflict, notFound, unavailable } from '../../errors.ts';
 
@@ -65,13 +66,14 @@ const limitParam = z
   .default(ACTIONS_LIMIT.default)
   .describe(`Rows to return (default ${ACTIONS_LIMIT.default}, at most ${ACTIONS_LIMIT.max})`);
 
+// The audit rows as sent; `satisfies` ties the type the UI reads (ActionView) to this schema.
 const actionList = z.array(
   z.object({
     id: z.string(), kind: z.string(), status: z.string(), exitCode: z.number().nullable(), actor: z.string(),
     actorEmail: z.string().nullable(), detail: z.string().nullable(), targetDigest: z.string().nullable(),
     schemaMigration: z.string().nullable(), jobId: z.string().nullable(), createdAt: z.string(), finishedAt: z.string().nullable(),
   }),
-);
+) satisfies z.ZodType<ActionView[]>;
 
 function parseSeq(raw: string | undefined, name: string): number | undefined {
   if (raw === undefined || raw === '') return undefined;

@@ -133,21 +133,6 @@ export interface PlatformStatus {
   lastActions: Record<string, { status: string; actor: string; at: string; exitCode: number | null; detail: string | null }>;
 }
 
-export interface Action {
-  id: string;
-  kind: string;
-  status: string;
-  exitCode: number | null;
-  actor: string;
-  actorEmail: string | null;
-  detail: string | null;
-  targetDigest: string | null;
-  schemaMigration: string | null;
-  jobId: string | null;
-  createdAt: string;
-  finishedAt: string | null;
-}
-
 export interface LastUpdate {
   status: string | null;
   detail: string | null;
@@ -185,9 +170,9 @@ export interface MigrateInfo {
   lastJob: { jobId: string; phase: string; detail: string | null; createdAt: string } | null;
 }
 
-// The chart and container shapes are the API's own (GET /api/machines, the status and logs
-// endpoints), imported as types only.
-export type { ChartNode, ChartEdge, ChartInstance, ChartView as Chart } from '../../api/ports.ts';
+// The chart, audit-row and container shapes are the API's own (GET /api/machines,
+// /api/deployment/actions, the status and logs endpoints), imported as types only.
+export type { ChartNode, ChartEdge, ChartInstance, ChartView as Chart, ActionView as Action } from '../../api/ports.ts';
 export type { Container };
 
 export interface LogLine {
