@@ -50,6 +50,8 @@ describe('the server process', () => {
     expect(out).toContain('signed in');
     expect(out).toContain('sign-in refused');
     expect(out.split('\n').length).toBeGreaterThan(8);
+    // An operator reads this output: no runtime or library warning belongs in it.
+    expect(out).not.toMatch(/\(node:\d+\) .*Warning/);
     for (const [name, value] of Object.entries(SECRETS)) {
       expect(out.includes(value), `${name} appeared in the output`).toBe(false);
     }
