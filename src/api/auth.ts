@@ -3,10 +3,11 @@
 // caller). A bearer token is either a JWT issued by /api/auth/login or the service token.
 import fp from 'fastify-plugin';
 import fastifyJwt from '@fastify/jwt';
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { hash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Role } from '../db/schema.ts';
 import { actorOf, hasRole, type Actor, type Principal } from '../auth/actor.ts';
+import { VerifiedTokens } from '../auth/verified-tokens.ts';
 import { forbidden, unauthenticated, badRequest } from '../errors.ts';
 
 export type Access = 'public' | Role;
@@ -37,7 +38,7 @@ export interface AuthOptions {
   tokenTtlSeconds: number;
 }
 
-const sha256 = (s: string) => createHash('sha256').update(s).digest();
+const sha256 = (s: string) => hash('sha256', s, 'buffer');
 
 // The accepted tokens' digests, computed once per set: the set is the same array until the
 // token file changes, and every authenticated request compares against it.
@@ -81,11 +82,11 @@ export const authPlugin = fp(
     await app.register(fastifyJwt, {
       secret: opts.jwtSecret,
       sign: { expiresIn: opts.tokenTtlSeconds },
-      // Every request of a signed-in client carries the same token: its verification is kept (at
-      // most until the token expires), under fast-jwt's own key (a digest of the token). A custom
-      // key would save a hash per request but makes fast-jwt warn on every start.
-      verify: { cache: JWT_CACHE_SIZE },
     });
+    // Verified tokens are kept here, keyed by the token itself, until they expire. (fast-jwt's own
+    // cache keys by a digest of the token, which costs as much as the rest of the authentication;
+    // given a key of the token itself, it warns about key collisions on every start.)
+    const verified = new VerifiedTokens<{ sub?: unknown; role?: unknown; exp?: unknown }>(JWT_CACHE_SIZE);
 
     app.decorateRequest('principal', null);
     app.decorateRequest('actor', function (this: FastifyRequest): Actor {
@@ -112,16 +113,19 @@ export const authPlugin = fp(
           forwardedEmail: actorHeader(req, 'x-actor-email'),
         };
       }
-      let claims: { sub?: unknown; role?: unknown };
-      try {
-        // The plugin's global verifier (HS256 with this secret), called directly: the token is
-        // already taken from the header, and verified tokens are cached until they expire.
-        claims = app.jwt.verify<{ sub?: unknown; role?: unknown }>(token);
-      } catch (err) {
-        const code = (err as { code?: string }).code ?? '';
-        if (code === 'FAST_JWT_EXPIRED') throw unauthenticated('token expired: sign in again');
-        if (code.startsWith('FAST_JWT') || code.startsWith('FST_JWT')) throw unauthenticated('invalid token');
-        throw err;
+      let claims = verified.get(token);
+      if (!claims) {
+        try {
+          // The plugin's global verifier (HS256 with this secret), called directly: the token is
+          // already taken from the header.
+          claims = app.jwt.verify<{ sub?: unknown; role?: unknown; exp?: unknown }>(token);
+        } catch (err) {
+          const code = (err as { code?: string }).code ?? '';
+          if (code === 'FAST_JWT_EXPIRED') throw unauthenticated('token expired: sign in again');
+          if (code.startsWith('FAST_JWT') || code.startsWith('FST_JWT')) throw unauthenticated('invalid token');
+          throw err;
+        }
+        verified.set(token, claims);
       }
       if (typeof claims.sub !== 'string' || !ROLES.includes(claims.role as Role)) throw unauthenticated('token lacks a subject or role');
       return { kind: 'user', username: claims.sub, role: claims.role as Role };

@@ -74,6 +74,27 @@ describe('bearer tokens', () => {
     }
   });
 
+  it('a token accepted before (and so remembered) is refused once it expires', async () => {
+    const exp = Math.floor(Date.now() / 1000) + 2;
+    const shortLived = createSigner({ key: TEST_SECRETS.JWT_SECRET })({ sub: 'admin', role: 'admin', exp });
+    for (let i = 0; i < 3; i++) expect((await get('/api/version', { authorization: `Bearer ${shortLived}` })).statusCode).toBe(200);
+    await new Promise((r) => setTimeout(r, exp * 1000 - Date.now() + 50));
+    const late = await get('/api/version', { authorization: `Bearer ${shortLived}` });
+    expect(late.statusCode).toBe(401);
+    expect(late.json().message).toContain('token expired');
+  });
+
+  it('a remembered token does not stand for another one that differs in its signature', async () => {
+    const good = await t.token('admin');
+    expect((await get('/api/users', { authorization: `Bearer ${good}` })).statusCode).toBe(200);
+    // A character inside the signature (the last one carries unused bits).
+    const i = good.length - 5;
+    const tampered = good.slice(0, i) + (good[i] === 'A' ? 'B' : 'A') + good.slice(i + 1);
+    const res = await get('/api/users', { authorization: `Bearer ${tampered}` });
+    expect(res.statusCode).toBe(401);
+    expect(res.json().message).toContain('invalid token');
+  });
+
   it('403 for a valid token without the needed role, 200 with it', async () => {
     for (const role of ['viewer', 'operator'] as const) {
       const res = await get('/api/users', { authorization: `Bearer ${await t.token(role)}` });
