@@ -66,15 +66,29 @@ declare module 'fastify' {
   }
 }
 
-/** One log line per request, when it completes, instead of Fastify's two (received, completed). */
-class OneLinePerRequest extends LogController {
+/**
+ * One log line per request, when it completes, instead of Fastify's two (received, completed).
+ * A read that succeeds is logged at `debug`: the UI polls its pages every few seconds, and those
+ * lines would bury the ones that matter, in the output and in the diagnostics bundle's recent
+ * lines. Changes, refusals and failures stay at `info` and above (docs/adr/0015-access-log-levels.md).
+ */
+export class OneLinePerRequest extends LogController {
   override incomingRequest(): void {}
 
   override requestCompleted(error: Error | null | undefined, req: FastifyRequest, reply: FastifyReply): void {
-    const details = { method: req.method, url: req.url, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 };
-    if (error) reply.log.error({ ...details, err: error }, 'request errored');
-    else reply.log.info(details, 'request completed');
+    const log = reply.log;
+    if (error) {
+      log.error({ ...requestDetails(req, reply), err: error }, 'request errored');
+      return;
+    }
+    const quietRead = reply.statusCode < 400 && (req.method === 'GET' || req.method === 'HEAD');
+    if (quietRead) log.debug(requestDetails(req, reply), 'request completed');
+    else log.info(requestDetails(req, reply), 'request completed');
   }
+}
+
+function requestDetails(req: FastifyRequest, reply: FastifyReply) {
+  return { method: req.method, url: req.url, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 };
 }
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {

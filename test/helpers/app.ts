@@ -56,6 +56,8 @@ export interface TestAppOptions {
   selfUpdateEngine?: SelfUpdateEngine;
   /** Platform container logs; default: the real engine adapter, as the server wires it; null: none (the log routes answer 503). */
   logs?: ContainerLogsPort | null;
+  /** The logger's level (default `trace`: tests see every line). */
+  logLevel?: string;
 }
 
 export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
@@ -75,7 +77,7 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
   });
   const secretSet = new SecretSet(Object.values(TEST_SECRETS));
   const recentLogs = new RecentLines();
-  const logger = createLogger({ level: 'trace', secrets: secretSet, destination, recent: recentLogs });
+  const logger = createLogger({ level: opts.logLevel ?? 'trace', secrets: secretSet, destination, recent: recentLogs });
   if (fresh) {
     for (const role of ['admin', 'operator', 'viewer'] as const) {
       await createUser(db.database.db, { username: role, password: PASSWORDS[role], role });
