@@ -21,6 +21,7 @@ import { userRoutes } from './routes/users.ts';
 import { deploymentRoutes } from './routes/deployment.ts';
 import { migrateRoutes } from './routes/migrate.ts';
 import { logRoutes } from './routes/logs.ts';
+import { lazyRequestLogger } from './request-logger.ts';
 import { machineRoutes } from './routes/machines.ts';
 import { uiRoutes } from './ui.ts';
 import { systemRoutes } from './routes/system.ts';
@@ -99,6 +100,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     trustProxy: false,
     return503OnClosing: true,
     logController: new OneLinePerRequest(),
+    childLoggerFactory: lazyRequestLogger,
   });
   app.decorate('deps', deps);
   // Every route with the role it needs: the access-matrix test is generated from this table.

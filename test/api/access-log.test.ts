@@ -59,6 +59,11 @@ describe('access log levels', () => {
     const missing = await t.app.inject({ method: 'GET', url: '/api/no-such-route', headers: auth });
     expect(missing.statusCode).toBe(404);
     expect(accessLines(t, '/api/no-such-route', from)).toMatchObject([{ level: 'info', statusCode: 404 }]);
+
+    // Every line carries its request's id (each request's logger binds it when it first writes).
+    const all = t.logs.slice(from).map((l) => JSON.parse(l) as Line).filter((l) => l.msg === 'request completed');
+    expect(all).toHaveLength(4);
+    expect(new Set(all.map((l) => l.reqId)).size).toBe(4);
   });
 
   it('at debug: a successful read writes its line at debug, with its request id', async () => {

@@ -1,0 +1,67 @@
+// Each request's logger (`req.log`, `reply.log`), made a pino child with the request id bound only
+// when the request writes a line at an enabled level. Most requests write none (a successful read
+// logs at debug, ADR 0015), and creating the child costs as much as the rest of the routing: pino
+// serializes and redacts the bindings of every child.
+import type { FastifyBaseLogger } from 'fastify';
+import { pino, type Bindings, type ChildLoggerOptions, type LevelWithSilent } from 'pino';
+
+const LEVEL_VALUES: Readonly<Record<string, number>> = { ...pino.levels.values, silent: Infinity };
+
+type LogFn = FastifyBaseLogger['info'];
+
+export class LazyRequestLogger implements FastifyBaseLogger {
+  private real: FastifyBaseLogger | undefined;
+
+  constructor(
+    private readonly parent: FastifyBaseLogger,
+    private readonly bindings: Bindings,
+    private readonly options: ChildLoggerOptions,
+  ) {}
+
+  /** The pino child this logger stands for, created on first use. */
+  private child_(): FastifyBaseLogger {
+    return (this.real ??= this.parent.child(this.bindings, this.options));
+  }
+
+  get level(): LevelWithSilent | (string & {}) {
+    return this.real?.level ?? this.options.level ?? this.parent.level;
+  }
+
+  set level(level: string) {
+    this.child_().level = level;
+  }
+
+  private enabled(level: string): boolean {
+    const threshold = LEVEL_VALUES[this.level];
+    return threshold === undefined || (LEVEL_VALUES[level] ?? Infinity) >= threshold;
+  }
+
+  trace(...args: Parameters<LogFn>): void {
+    if (this.enabled('trace')) this.child_().trace(...args);
+  }
+  debug(...args: Parameters<LogFn>): void {
+    if (this.enabled('debug')) this.child_().debug(...args);
+  }
+  info(...args: Parameters<LogFn>): void {
+    if (this.enabled('info')) this.child_().info(...args);
+  }
+  warn(...args: Parameters<LogFn>): void {
+    if (this.enabled('warn')) this.child_().warn(...args);
+  }
+  error(...args: Parameters<LogFn>): void {
+    if (this.enabled('error')) this.child_().error(...args);
+  }
+  fatal(...args: Parameters<LogFn>): void {
+    if (this.enabled('fatal')) this.child_().fatal(...args);
+  }
+  silent(): void {}
+
+  child(bindings: Bindings, options?: ChildLoggerOptions): FastifyBaseLogger {
+    return this.child_().child(bindings, options);
+  }
+}
+
+/** Fastify's `childLoggerFactory`: the request's logger, lazily a child of the server's. */
+export function lazyRequestLogger(logger: FastifyBaseLogger, bindings: Bindings, options: ChildLoggerOptions): FastifyBaseLogger {
+  return new LazyRequestLogger(logger, bindings, options);
+}
