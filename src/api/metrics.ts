@@ -126,8 +126,10 @@ export const metricsPlugin = fp(
     // One labelled child per method, route and status, instead of hashing the labels per request.
     const observers = new Map<string, Histogram.Internal<'method' | 'route' | 'status_code'>>();
     app.addHook('onResponse', (req, reply, done) => {
-      if (!req.routeOptions.config?.metricsStream) {
-        const route = req.routeOptions.url ?? 'unmatched';
+      // routeOptions is a getter that builds a new object: read it once.
+      const routeOptions = req.routeOptions;
+      if (!routeOptions.config?.metricsStream) {
+        const route = routeOptions.url ?? 'unmatched';
         const key = `${req.method} ${reply.statusCode} ${route}`;
         let o = observers.get(key);
         if (!o) observers.set(key, (o = metrics.httpDuration.labels({ method: req.method, route, status_code: String(reply.statusCode) })));
