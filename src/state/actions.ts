@@ -111,6 +111,8 @@ export const AUDIT_CACHE_MS_DEFAULT = 250;
 interface Page {
   /** The rendered answer as UTF-8 bytes, or the read still in flight (callers meanwhile share it). */
   body: Promise<Buffer>;
+  /** The same bytes, once the read has succeeded. */
+  ready?: Buffer;
   /** When the read started (performance.now()), and the write count then. */
   at: number;
   writes: number;
@@ -134,6 +136,13 @@ export class AuditTrailPages {
     private readonly maxAgeMs = AUDIT_CACHE_MS_DEFAULT,
   ) {}
 
+  /** The page of `limit` rows if one is read and still fresh: most polls are answered without a promise. */
+  ready(limit: number): Buffer | undefined {
+    const hit = this.pages.get(limit);
+    if (hit?.ready && hit.writes === writes && performance.now() - hit.at < this.maxAgeMs) return hit.ready;
+    return undefined;
+  }
+
   /** The page of `limit` rows as JSON, encoded once: every caller is sent the same bytes. */
   json(limit: number): Promise<Buffer> {
     if (this.maxAgeMs <= 0) return this.read(limit);
@@ -143,9 +152,14 @@ export class AuditTrailPages {
     if (!hit && this.pages.size >= AuditTrailPages.MAX_PAGES) this.pages.clear();
     const page: Page = { at: now, writes, body: this.read(limit) };
     this.pages.set(limit, page);
-    page.body.catch(() => {
-      if (this.pages.get(limit) === page) this.pages.delete(limit);
-    });
+    page.body.then(
+      (body) => {
+        page.ready = body;
+      },
+      () => {
+        if (this.pages.get(limit) === page) this.pages.delete(limit);
+      },
+    );
     return page.body;
   }
 

@@ -98,6 +98,32 @@ describe('audit trail pages', () => {
     expect(selects - before).toBe(1);
   });
 
+  it('offers a page without a promise only when json() would give the same bytes', async () => {
+    const pages = new AuditTrailPages(counted, render, 300);
+    expect(pages.ready(10)).toBeUndefined(); // nothing read yet
+    const inFlight = pages.json(10);
+    expect(pages.ready(10)).toBeUndefined(); // still reading
+    const first = await inFlight;
+    expect(pages.ready(10)).toBe(first);
+    expect(pages.ready(3)).toBeUndefined(); // another limit
+    await recordStarted(t.database.db, { kind: 'pull', actor, detail: 'r' });
+    expect(pages.ready(10)).toBeUndefined(); // a write of this process
+    const second = await pages.json(10);
+    expect(pages.ready(10)).toBe(second);
+    await sleep(320);
+    expect(pages.ready(10)).toBeUndefined(); // past its age
+
+    const failing = new AuditTrailPages(counted, () => {
+      throw new Error('render failed');
+    }, 10_000);
+    await expect(failing.json(10)).rejects.toThrow('render failed');
+    expect(failing.ready(10)).toBeUndefined();
+
+    const uncached = new AuditTrailPages(counted, render, 0);
+    await uncached.json(10);
+    expect(uncached.ready(10)).toBeUndefined();
+  });
+
   it('reads every time when the age is 0', async () => {
     const pages = new AuditTrailPages(counted, render, 0);
     const before = selects;

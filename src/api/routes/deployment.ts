@@ -267,9 +267,20 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
         response: { 200: actionList },
       },
     },
-    // The page comes rendered (checked against actionList when it was read): a string with a JSON
-    // content type is sent as is, past the serializer, which the typed reply does not model.
-    async (req, reply) => (reply as FastifyReply).type('application/json; charset=utf-8').send(await auditPages.json(req.query.limit)),
+    // The page comes rendered (checked against actionList when it was read): bytes with a JSON
+    // content type are sent as they are, past the serializer, which the typed reply does not
+    // model. A fresh page is sent at once; otherwise the read (or the one in flight) is awaited.
+    (req, reply) => {
+      const r = (reply as FastifyReply).type('application/json; charset=utf-8');
+      const ready = auditPages.ready(req.query.limit);
+      if (ready) {
+        r.send(ready);
+        return;
+      }
+      return auditPages.json(req.query.limit).then((body) => {
+        r.send(body);
+      });
+    },
   );
 
   app.get(
