@@ -4,17 +4,20 @@
 //   default page of 50) at a fixed ~1,000 requests/s, and of a bare Fastify handler in its own
 //   process, measured in the same run;
 // - the ratio of saturating throughput (wrk without delay, a few connections) of each installer
-//   endpoint to the bare handler's, measured back to back;
+//   endpoint to the bare handler's: the median over a few pairs of runs, bare then endpoint,
+//   back to back;
 // - RSS of the backend process after boot and a few seconds idle, and after the load;
 // - boot to healthy: from spawning the process to the first 200 from /api/health, on an already
 //   migrated database (MIGRATE_ON_BOOT=false, as the compose files run the backend).
 // The load runs against a tsc build started as the image starts it (`node dist/src/main.js`), at
-// LOG_LEVEL=info (the default, and what the compose files set: one line per request and per
-// response) and at warn (no request logging). Boot and idle RSS are also measured for
-// `npm start` (`node --import tsx src/main.ts`).
+// LOG_LEVEL=info (the default, and what the compose files set: one line per request that changes
+// something, is refused or fails; a successful read logs at debug, ADR 0015) and at warn. Boot
+// and idle RSS are also measured for `npm start` (`node --import tsx src/main.ts`).
 //
-// Knobs (environment): BENCH_LOAD_SECONDS (10) length of each measured wrk run,
-// BENCH_LOAD_LEVELS (info,warn) log levels to load, BENCH_BOOT_RUNS (5) boots per start mode,
+// Knobs (environment): BENCH_LOAD_SECONDS (10) length of each fixed-rate wrk run,
+// BENCH_LOAD_PAIRS (3) pairs of saturating runs per ratio, BENCH_LOAD_PAIR_SECONDS (5) length of
+// each saturating run, BENCH_LOAD_LEVELS (info,warn) log levels to load, BENCH_LOAD_UNCACHED (1)
+// also load the audit trail with AUDIT_CACHE_MS=0, BENCH_BOOT_RUNS (5) boots per start mode,
 // BENCH_BACKEND_NODE_ARGS node options for the built backend (default: those of deploy/Dockerfile's CMD).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, copyFileSync, existsSync, writeFileSync } from 'node:fs';
@@ -30,6 +33,9 @@ import { createUser } from '../src/state/users.ts';
 import { ACTION_KINDS } from '../src/db/schema.ts';
 
 const SECONDS = Number(process.env.BENCH_LOAD_SECONDS ?? 10);
+/** Pairs of saturating runs (baseline, endpoint) per ratio, and the length of each run. */
+const PAIRS = Number(process.env.BENCH_LOAD_PAIRS ?? 3);
+const PAIR_SECONDS = Number(process.env.BENCH_LOAD_PAIR_SECONDS ?? 5);
 const LEVELS = (process.env.BENCH_LOAD_LEVELS ?? 'info,warn').split(',').filter(Boolean);
 const BOOT_RUNS = Number(process.env.BENCH_BOOT_RUNS ?? 5);
 /** Also load the audit trail with AUDIT_CACHE_MS=0 (every request reads the database). */
@@ -306,30 +312,71 @@ async function wrk(url: string, opts: { token?: string; seconds: number; connect
   return { requests: j.requests, rps: j.requests / (j.duration_us / 1e6), p50: j.p50 / 1000, p99: j.p99 / 1000, max: j.max / 1000, errors: j.errors };
 }
 
-interface Measured {
-  fixed: WrkResult;
-  sat: WrkResult;
-  /** CPU of the server process per request in the saturating run, and its share of one core. */
+/** A saturating run: wrk without delay, and the server's CPU over it. */
+interface Saturated {
+  rps: number;
+  errors: number;
+  /** CPU of the server process per request, and its share of one core. */
   cpuUsPerReq: number;
   cpuShare: number;
 }
 
-/** Warm-up, a short calibration of the delay for ~1,000 req/s, the fixed-rate run and a saturating run. */
-async function measure(url: string, token: string | undefined, scripts: { rate: string; sat: string }, pid: number): Promise<Measured> {
-  await wrk(url, { token, seconds: 2, connections: SAT_CONNECTIONS, scripts });
+interface Target {
+  url: string;
+  token?: string;
+  pid: number;
+}
+
+async function saturate(t: Target, scripts: { rate: string; sat: string }, seconds: number): Promise<Saturated> {
+  const cpu0 = cpuMs(t.pid);
+  const r = await wrk(t.url, { token: t.token, seconds, connections: SAT_CONNECTIONS, scripts });
+  const cpu = cpuMs(t.pid) - cpu0;
+  return { rps: r.rps, errors: r.errors, cpuUsPerReq: (cpu * 1000) / r.requests, cpuShare: cpu / (seconds * 1000) };
+}
+
+/** Warm-up, a short calibration of the delay for ~1,000 req/s, then the fixed-rate run. */
+async function fixedRate(t: Target, scripts: { rate: string; sat: string }): Promise<WrkResult> {
+  await wrk(t.url, { token: t.token, seconds: 2, connections: SAT_CONNECTIONS, scripts });
   // Per connection a cycle is mean delay + latency + wrk's own overhead: measure it, then aim.
   const target = (RATE_CONNECTIONS * 1000) / TARGET_RPS;
   let delayMs = target;
   for (let i = 0; i < 2; i++) {
-    const probe = await wrk(url, { token, seconds: 3, connections: RATE_CONNECTIONS, delayMs, scripts });
+    const probe = await wrk(t.url, { token: t.token, seconds: 3, connections: RATE_CONNECTIONS, delayMs, scripts });
     const overhead = Math.max(0, (RATE_CONNECTIONS * 1000) / probe.rps - delayMs);
     delayMs = Math.max(1, Math.round(target - overhead));
   }
-  const fixed = await wrk(url, { token, seconds: SECONDS, connections: RATE_CONNECTIONS, delayMs, scripts });
-  const cpu0 = cpuMs(pid);
-  const sat = await wrk(url, { token, seconds: SECONDS, connections: SAT_CONNECTIONS, scripts });
-  const cpu = cpuMs(pid) - cpu0;
-  return { fixed, sat, cpuUsPerReq: (cpu * 1000) / sat.requests, cpuShare: cpu / (SECONDS * 1000) };
+  return wrk(t.url, { token: t.token, seconds: SECONDS, connections: RATE_CONNECTIONS, delayMs, scripts });
+}
+
+interface Paired {
+  /** Each pair's endpoint rate / baseline rate, in the order run. */
+  ratios: number[];
+  ratio: number;
+  endpoint: Saturated;
+  baseline: Saturated;
+  baselineRuns: Saturated[];
+}
+
+/**
+ * The saturating ratio of an endpoint to a baseline: PAIRS pairs of runs, baseline then endpoint
+ * back to back, and the median of the pairs' ratios. A single pair moves with whatever else the
+ * machine does in that minute; a pair's two runs share it.
+ */
+async function paired(endpoint: Target, baseline: Target, scripts: { rate: string; sat: string }): Promise<Paired> {
+  const e: Saturated[] = [];
+  const b: Saturated[] = [];
+  for (let i = 0; i < PAIRS; i++) {
+    b.push(await saturate(baseline, scripts, PAIR_SECONDS));
+    e.push(await saturate(endpoint, scripts, PAIR_SECONDS));
+  }
+  const ratios = e.map((x, i) => x.rps / b[i]!.rps);
+  return { ratios, ratio: median(ratios), endpoint: medianRun(e), baseline: medianRun(b), baselineRuns: b };
+}
+
+/** The run of median rate, with the errors of all runs. */
+function medianRun(runs: Saturated[]): Saturated {
+  const m = [...runs].sort((x, y) => x.rps - y.rps)[Math.floor(runs.length / 2)]!;
+  return { ...m, errors: runs.reduce((n, r) => n + r.errors, 0) };
 }
 
 // ---------------------------------------------------------------- the bench
@@ -459,34 +506,42 @@ const bench: Bench = async (log) => {
         if (actions.status !== 200 || (JSON.parse(actions.body) as unknown[]).length !== 50) throw new Error(`actions answered ${actions.status}: ${actions.body.slice(0, 300)}`);
         bare ??= await startBare(actions.body);
 
-        const bareM = await measure(bareUrl, undefined, scripts, bare.pid);
-        row([`bare Fastify (${tag} run)`, bareM.fixed.rps.toFixed(0), bareM.fixed.p50.toFixed(2), bareM.fixed.p99.toFixed(2), bareM.fixed.max.toFixed(1), bareM.fixed.errors + bareM.sat.errors, bareM.sat.rps.toFixed(0), '1.00', bareM.cpuUsPerReq.toFixed(0), (bareM.cpuShare * 100).toFixed(0), rssMB(bare.pid).toFixed(0)]);
-        add(`[${tag}] bare Fastify: p99 at ${bareM.fixed.rps.toFixed(0)} req/s`, bareM.fixed.p99, 'ms');
-        add(`[${tag}] bare Fastify: saturating`, bareM.sat.rps, 'req/s');
+        const bareT: Target = { url: bareUrl, pid: bare.pid };
+        const bareFixed = await fixedRate(bareT, scripts);
+        const bareRuns: Saturated[] = [];
+        const endpointRows: (string | number)[][] = [];
         const endpoints = [
           ['/api/health', `${b.base}/api/health`, undefined],
           ['/api/deployment/actions', `${b.base}/api/deployment/actions`, token],
         ] as const;
         for (const [name, url, tok] of cache ? endpoints : endpoints.slice(1)) {
-          const m = await measure(url, tok, scripts, b.proc.pid);
-          const ratio = m.sat.rps / bareM.sat.rps;
-          const errors = m.fixed.errors + m.sat.errors;
-          row([`${name} (${tag})`, m.fixed.rps.toFixed(0), m.fixed.p50.toFixed(2), m.fixed.p99.toFixed(2), m.fixed.max.toFixed(1), errors, m.sat.rps.toFixed(0), ratio.toFixed(2), m.cpuUsPerReq.toFixed(0), (m.cpuShare * 100).toFixed(0), rssMB(b.proc.pid).toFixed(0)]);
-          add(`[${tag}] ${name}: achieved rate`, m.fixed.rps, 'req/s', `~${TARGET_RPS}`);
-          add(`[${tag}] ${name}: p50`, m.fixed.p50, 'ms');
-          add(`[${tag}] ${name}: p99`, m.fixed.p99, 'ms', '<= 10 ms', m.fixed.p99 <= 10 && errors === 0);
-          add(`[${tag}] ${name}: saturating throughput / bare Fastify's`, ratio, 'x', '>= 0.5', ratio >= 0.5);
-          if (m.fixed.rps < 0.9 * TARGET_RPS) log(`[${tag}] ${name}: could not sustain ${TARGET_RPS} req/s (its saturating rate here: ${m.sat.rps.toFixed(0)})`);
+          const t: Target = { url, pid: b.proc.pid, ...(tok ? { token: tok } : {}) };
+          const fixed = await fixedRate(t, scripts);
+          const p = await paired(t, bareT, scripts);
+          bareRuns.push(...p.baselineRuns);
+          const errors = fixed.errors + p.endpoint.errors;
+          endpointRows.push([`${name} (${tag})`, fixed.rps.toFixed(0), fixed.p50.toFixed(2), fixed.p99.toFixed(2), fixed.max.toFixed(1), errors, p.endpoint.rps.toFixed(0), p.ratio.toFixed(2), p.endpoint.cpuUsPerReq.toFixed(0), (p.endpoint.cpuShare * 100).toFixed(0), rssMB(b.proc.pid).toFixed(0)]);
+          add(`[${tag}] ${name}: achieved rate`, fixed.rps, 'req/s', `~${TARGET_RPS}`);
+          add(`[${tag}] ${name}: p50`, fixed.p50, 'ms');
+          add(`[${tag}] ${name}: p99`, fixed.p99, 'ms', '<= 10 ms', fixed.p99 <= 10 && errors === 0);
+          add(`[${tag}] ${name}: saturating throughput / bare Fastify's, median of ${PAIRS} pairs (${p.ratios.map((r) => r.toFixed(2)).join(', ')})`, p.ratio, 'x', '>= 0.5', p.ratio >= 0.5);
+          if (fixed.rps < 0.9 * TARGET_RPS) log(`[${tag}] ${name}: could not sustain ${TARGET_RPS} req/s (its saturating rate here: ${p.endpoint.rps.toFixed(0)})`);
           if (errors) log(`[${tag}] ${name}: ${errors} errors (non-2xx, timeouts or socket errors)`);
           if (name === '/api/deployment/actions') {
             // The same body from the bare handler: what sending those bytes costs by itself.
-            const sameBody = await measure(`http://127.0.0.1:${barePort}/actions`, undefined, scripts, bare.pid);
-            const r = m.sat.rps / sameBody.sat.rps;
-            row([`bare Fastify, same body (${tag})`, sameBody.fixed.rps.toFixed(0), sameBody.fixed.p50.toFixed(2), sameBody.fixed.p99.toFixed(2), sameBody.fixed.max.toFixed(1), sameBody.fixed.errors + sameBody.sat.errors, sameBody.sat.rps.toFixed(0), '', sameBody.cpuUsPerReq.toFixed(0), (sameBody.cpuShare * 100).toFixed(0), rssMB(bare.pid).toFixed(0)]);
-            add(`[${tag}] bare Fastify sending the same ${actions.body.length}-byte body: saturating`, sameBody.sat.rps, 'req/s');
-            add(`[${tag}] ${name}: saturating throughput / bare Fastify's with the same body`, r, 'x');
+            const sameT: Target = { url: `http://127.0.0.1:${barePort}/actions`, pid: bare.pid };
+            const sameFixed = await fixedRate(sameT, scripts);
+            const q = await paired(t, sameT, scripts);
+            endpointRows.push([`bare Fastify, same body (${tag})`, sameFixed.rps.toFixed(0), sameFixed.p50.toFixed(2), sameFixed.p99.toFixed(2), sameFixed.max.toFixed(1), sameFixed.errors + q.baseline.errors, q.baseline.rps.toFixed(0), '', q.baseline.cpuUsPerReq.toFixed(0), (q.baseline.cpuShare * 100).toFixed(0), rssMB(bare.pid).toFixed(0)]);
+            add(`[${tag}] bare Fastify sending the same ${actions.body.length}-byte body: saturating`, q.baseline.rps, 'req/s');
+            add(`[${tag}] ${name}: saturating throughput / bare Fastify's with the same body, median of ${PAIRS} pairs (${q.ratios.map((r) => r.toFixed(2)).join(', ')})`, q.ratio, 'x');
           }
         }
+        const bareSat = medianRun(bareRuns);
+        row([`bare Fastify (${tag} run)`, bareFixed.rps.toFixed(0), bareFixed.p50.toFixed(2), bareFixed.p99.toFixed(2), bareFixed.max.toFixed(1), bareFixed.errors + bareSat.errors, bareSat.rps.toFixed(0), '1.00', bareSat.cpuUsPerReq.toFixed(0), (bareSat.cpuShare * 100).toFixed(0), rssMB(bare.pid).toFixed(0)]);
+        for (const r of endpointRows) row(r);
+        add(`[${tag}] bare Fastify: p99 at ${bareFixed.rps.toFixed(0)} req/s`, bareFixed.p99, 'ms');
+        add(`[${tag}] bare Fastify: saturating (median run)`, bareSat.rps, 'req/s');
         const rssAfter = rssMB(b.proc.pid);
         add(`[${tag}] RSS after boot + ${IDLE_MS / 1000} s idle`, rssIdle, 'MB', '<= 120 MB', rssIdle <= 120);
         add(`[${tag}] RSS after the load`, rssAfter, 'MB');
@@ -495,10 +550,10 @@ const bench: Bench = async (log) => {
       }
     }
     await bare?.stop();
-    log(`fixed rate: wrk -t1 -c${RATE_CONNECTIONS}, random delay per request aimed at ${TARGET_RPS} req/s, ${SECONDS} s; saturating: wrk -t1 -c${SAT_CONNECTIONS}, no delay, ${SECONDS} s`);
-    log('ratio = saturating req/s of the endpoint / saturating req/s of the bare Fastify handler (same fastify, one route returning small JSON, no logger), measured back to back');
+    log(`fixed rate: wrk -t1 -c${RATE_CONNECTIONS}, random delay per request aimed at ${TARGET_RPS} req/s, ${SECONDS} s; saturating: wrk -t1 -c${SAT_CONNECTIONS}, no delay, ${PAIR_SECONDS} s a run`);
+    log(`ratio = median over ${PAIRS} pairs of saturating runs (the bare Fastify handler, then the endpoint, back to back) of endpoint req/s / bare req/s; the bare handler: same fastify, one route returning small JSON, no logger; sat rps and cpu: the run of median rate`);
     log('bare Fastify, same body: the bare process sending the bytes the installer sent for the audit page, as a string, no auth, no logger');
-    log('cpu us/req and cpu %: CPU time of the server process per request in the saturating run, and its share of one core (the rest of the 2 cores go to wrk and Postgres)');
+    log('cpu us/req and cpu %: CPU time of the server process per request in that saturating run, and its share of one core (the rest of the 2 cores go to wrk and Postgres)');
     log('backend under load: tsc build, node dist/src/main.js, NODE_ENV=production, MIGRATE_ON_BOOT=false, its output to a file');
     for (const line of table) log(line);
   } finally {
