@@ -19,7 +19,7 @@ export class LazyRequestLogger implements FastifyBaseLogger {
   ) {}
 
   /** The pino child this logger stands for, created on first use. */
-  private child_(): FastifyBaseLogger {
+  private materialize(): FastifyBaseLogger {
     return (this.real ??= this.parent.child(this.bindings, this.options));
   }
 
@@ -28,7 +28,7 @@ export class LazyRequestLogger implements FastifyBaseLogger {
   }
 
   set level(level: string) {
-    this.child_().level = level;
+    this.materialize().level = level;
   }
 
   private enabled(level: string): boolean {
@@ -37,27 +37,27 @@ export class LazyRequestLogger implements FastifyBaseLogger {
   }
 
   trace(...args: Parameters<LogFn>): void {
-    if (this.enabled('trace')) this.child_().trace(...args);
+    if (this.enabled('trace')) this.materialize().trace(...args);
   }
   debug(...args: Parameters<LogFn>): void {
-    if (this.enabled('debug')) this.child_().debug(...args);
+    if (this.enabled('debug')) this.materialize().debug(...args);
   }
   info(...args: Parameters<LogFn>): void {
-    if (this.enabled('info')) this.child_().info(...args);
+    if (this.enabled('info')) this.materialize().info(...args);
   }
   warn(...args: Parameters<LogFn>): void {
-    if (this.enabled('warn')) this.child_().warn(...args);
+    if (this.enabled('warn')) this.materialize().warn(...args);
   }
   error(...args: Parameters<LogFn>): void {
-    if (this.enabled('error')) this.child_().error(...args);
+    if (this.enabled('error')) this.materialize().error(...args);
   }
   fatal(...args: Parameters<LogFn>): void {
-    if (this.enabled('fatal')) this.child_().fatal(...args);
+    if (this.enabled('fatal')) this.materialize().fatal(...args);
   }
   silent(): void {}
 
   child(bindings: Bindings, options?: ChildLoggerOptions): FastifyBaseLogger {
-    return this.child_().child(bindings, options);
+    return this.materialize().child(bindings, options);
   }
 }
 
