@@ -139,8 +139,12 @@ export class AuditTrailPages {
   /** The page of `limit` rows if one is read and still fresh: most polls are answered without a promise. */
   ready(limit: number): Buffer | undefined {
     const hit = this.pages.get(limit);
-    if (hit?.ready && hit.writes === writes && performance.now() - hit.at < this.maxAgeMs) return hit.ready;
-    return undefined;
+    return hit?.ready && this.fresh(hit, performance.now()) ? hit.ready : undefined;
+  }
+
+  /** A page may be served while no write of this backend followed its read and it is younger than the age. */
+  private fresh(page: Page, now: number): boolean {
+    return page.writes === writes && now - page.at < this.maxAgeMs;
   }
 
   /** The page of `limit` rows as JSON, encoded once: every caller is sent the same bytes. */
@@ -148,7 +152,7 @@ export class AuditTrailPages {
     if (this.maxAgeMs <= 0) return this.read(limit);
     const now = performance.now();
     const hit = this.pages.get(limit);
-    if (hit && hit.writes === writes && now - hit.at < this.maxAgeMs) return hit.body;
+    if (hit && this.fresh(hit, now)) return hit.body;
     if (!hit && this.pages.size >= AuditTrailPages.MAX_PAGES) this.pages.clear();
     const page: Page = { at: now, writes, body: this.read(limit) };
     this.pages.set(limit, page);
