@@ -12,6 +12,7 @@ import type { Bench, Figure } from './run.ts';
 import { createTestDatabase } from '../test/helpers/db.ts';
 import { runEntry } from '../test/helpers/process.ts';
 import { docker, run, uniqueName } from '../test/helpers/rig.ts';
+import { firstAdminToken } from '../test/helpers/first-admin.ts';
 
 const IMAGE = 'installer-rig/busybox:latest';
 const MB = 1024 * 1024;
@@ -115,8 +116,7 @@ async function startServer(project: string, nodeOptions = ''): Promise<Server> {
   try {
     const base = await proc.url;
     const password = readFileSync(path.join(dataDir, 'secrets', 'initial-admin-password'), 'utf8').trim();
-    const login = await fetch(`${base}/api/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'admin', password }) });
-    const { token } = (await login.json()) as { token: string };
+    const token = await firstAdminToken(base, password);
     let stopped = false;
     const stop = async () => {
       if (stopped) return;

@@ -17,7 +17,7 @@ import type { JobEventLog } from '../src/state/job-events.ts';
 import { clearConfigChanges, pendingConfigChanges, type Sealer } from '../src/state/platform-config.ts';
 import { getSetting } from '../src/state/settings.ts';
 import { engineUnreachable, parsePullProgress, runCompose, type ComposeRun } from '../src/adapters/compose-cli.ts';
-import type { PlatformFiles } from '../src/adapters/platform-files.ts';
+import type { InstallerEnv, PlatformFiles } from '../src/adapters/platform-files.ts';
 
 /** Compose kinds this controller runs through the job chart. */
 export const COMPOSE_KINDS: readonly ActionKind[] = ['deploy', 'restart', 'stop', 'kill', 'pull', 'compose-up', 'apply-config'];
@@ -34,6 +34,8 @@ export interface JobsControllerDeps {
   pruneImages: () => Promise<{ deleted: number; reclaimedBytes: number }>;
   hungMinutes: number;
   templatesUrl?: string | undefined;
+  /** The installer's address and current service token, written into the platform's .env by deploy and apply-config. */
+  installerEnv?: () => InstallerEnv;
   /** Runs migrate-host.sh on the host; absent where the engine cannot be reached. */
   hostRunner?: HostRunner | undefined;
   migrateHostScriptPath: string;
@@ -103,8 +105,16 @@ export class JobsController {
   private unlisten: (() => Promise<void>) | undefined;
   private timers: NodeJS.Timeout[] = [];
   private stopped = false;
+  /**
+   * Job output mirrored to the backend's stdout whatever LOG_LEVEL is: deployment output must
+   * survive a backend restart and reach the platform's log pipeline (the spec), so its lines are
+   * not subject to the level that filters the backend's own messages.
+   */
+  private readonly mirror: Logger;
 
-  constructor(private readonly d: JobsControllerDeps) {}
+  constructor(private readonly d: JobsControllerDeps) {
+    this.mirror = d.logger.child({ mirror: 'job-output' }, { level: 'info' });
+  }
 
   async start(): Promise<void> {
     await this.closeInterrupted();
@@ -209,7 +219,7 @@ export class JobsController {
       line: (type, payload, text) => {
         void events.append(jobId, type, payload).catch((err) => logger.error({ err, jobId }, 'job event not stored'));
         // Mirrored to the backend's stdout so deployment output survives a restart of the backend.
-        logger.info({ jobId }, `[job ${jobId}] ${text}`);
+        this.mirror.info({ jobId }, `[job ${jobId}] ${text}`);
       },
       phase: (name, extra = {}) => {
         void events.append(jobId, 'phase', { phase: name, ...extra }).catch((err) => logger.error({ err, jobId }, 'job event not stored'));
@@ -267,21 +277,35 @@ export class JobsController {
     const prepare = fromCallback<EventObject, Record<string, never>>(({ sendBack }) => {
       const log = (text: string) => {
         sendBack({ type: 'OUTPUT' });
+        io.touch();
         io.line('output', { stream: 'stdout', line: text }, text);
       };
+      io.touch(true);
       io.phase('prepare');
       void (async () => {
+        const warn = (text: string) => {
+          sendBack({ type: 'OUTPUT' });
+          io.line('warning', { message: text }, `warning: ${text}`);
+        };
+        // Read at each job, so a rotated service token reaches the platform with the next one.
+        const installer = this.d.installerEnv?.() ?? { env: {}, problem: null };
+        if (installer.problem) warn(installer.problem);
         if (job.kind === 'deploy') {
           if (!this.d.templatesUrl) throw new Error('PLATFORM_TEMPLATES_URL is not set: there is nothing to deploy from');
           const vmUser = (await getSetting<string>(db, 'vmUser')) ?? null;
-          await this.d.platform.installTemplates(this.d.templatesUrl, vmUser, log);
+          await this.d.platform.installTemplates(this.d.templatesUrl, vmUser, log, { installerEnv: installer.env, warn });
         }
         const changes = await pendingConfigChanges(db, this.d.sealer);
-        if (changes.length) {
+        const installerKeys = Object.keys(installer.env);
+        if (changes.length || installerKeys.length) {
           const set: Record<string, string> = {};
           const remove: string[] = [];
           for (const c of changes) if (c.value === null) remove.push(c.key); else set[c.key] = c.value;
-          await this.d.platform.changeEnv(set, remove);
+          // The installer's keys win over any change to them: they are its own, not the operator's.
+          await this.d.platform.changeEnv({ ...set, ...installer.env }, remove.filter((k) => !installerKeys.includes(k)));
+          if (installerKeys.length) log(`wrote ${installerKeys.join(', ')} into the platform .env`);
+        }
+        if (changes.length) {
           await clearConfigChanges(db, changes);
           log(`configuration changed: ${changes.map((c) => (c.value === null ? `-${c.key}` : c.key)).join(', ')}`);
         } else if (job.kind === 'apply-config') {
@@ -328,7 +352,7 @@ export class JobsController {
       void run.exited.then((code) => {
         exited = true;
         // Compose could not reach the engine: say so rather than only "exited with code 1".
-        if (code !== 0 && noEngine) sendBack({ type: 'STEP_FAILED', message: `${input.step} failed: the Docker engine is not reachable (${noEngine})` });
+        if (code !== 0 && noEngine) sendBack({ type: 'STEP_FAILED', exitCode: code, message: `${input.step} failed: the Docker engine is not reachable (${noEngine})` });
         else sendBack({ type: 'STEP_DONE', exitCode: code });
       });
       return () => {
@@ -355,16 +379,31 @@ export class JobsController {
       io.line('output', { stream, line: text }, text);
     };
     const copyScript = fromCallback<EventObject, Record<string, never>>(({ sendBack }) => {
+      io.touch(true);
       io.phase('copy-script', { path: scriptPath });
       if (!runner) {
         sendBack({ type: 'COPY_FAILED', message: 'the Docker engine is not available to run the host migration' });
         return () => {};
       }
+      let exited = false;
+      let cancelled = false;
       runner.copyScript(scriptPath, onLine(sendBack)).then(
-        () => sendBack({ type: 'COPIED' }),
+        (run) => {
+          current = run;
+          if (cancelled) run.cancel();
+          void run.exited.then((code) => {
+            exited = true;
+            if (code === 0) sendBack({ type: 'COPIED' });
+            else sendBack({ type: 'COPY_FAILED', message: `copying migrate-host.sh to ${scriptPath} on the host failed (exit ${code})` });
+          });
+        },
         (err: Error) => sendBack({ type: 'COPY_FAILED', message: err.message }),
       );
-      return () => {};
+      // Left by a cancel or the hung guard: the copy container is stopped too.
+      return () => {
+        cancelled = true;
+        if (!exited) current?.cancel();
+      };
     });
     const runScript = fromCallback<EventObject, Record<string, never>>(({ sendBack }) => {
       io.touch(true);

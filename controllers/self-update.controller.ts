@@ -24,7 +24,7 @@ import {
 } from '../machines/self-update.machine.ts';
 import {
   bootReconcileMachine, CHANGED_SCHEMA, helperReason, phaseOfOutcome,
-  type HelperOutcome, type PendingUpdate, type RecordInput, type RunningNow,
+  type HelperOutcome, type PendingUpdate, type RecordInput, type RepointInput, type RunningNow, type UndecidedInput,
 } from '../machines/boot-reconcile.machine.ts';
 
 export interface SelfUpdateControllerDeps {
@@ -154,7 +154,7 @@ export class SelfUpdateController {
         const channel = resolveChannel({ INSTALLER_CHANNEL: this.d.channel }, v.tag);
         if (!channel) throw new Error(`the channel is unknown: INSTALLER_CHANNEL is not set and the running tag (${v.tag ?? 'none'}) has no channel prefix`);
         const tag = `${channel}-latest`;
-        const digest = await engine.remoteDigest(`${this.repository}:${tag}`);
+        const digest = await engine.remoteDigest(`${this.repository}:${tag}`, v.digest);
         await updateSelfUpdate(db, id, { channel, targetTag: tag, targetDigest: digest, previousReference: v.image, previousDigest: v.digest, previousImageId: v.imageId });
         const running: RunningImage = { inContainer: v.inContainer, reference: v.image, tag: v.tag, digest: v.digest, imageId: v.imageId };
         return { running, target: { channel, tag, digest } };
@@ -170,7 +170,8 @@ export class SelfUpdateController {
         const jobs = await countActiveJobs(db);
         if (jobs > 0) throw conflictError(`${jobs} deployment job${jobs > 1 ? 's are' : ' is'} queued or running: updating the installer now would kill ${jobs > 1 ? 'them' : 'it'}`);
       }),
-      fetchPublishedCompose: fromPromise<string, undefined>(() => engine.publishedComposeFile()),
+      // PUBLISHED_COMPOSE_URL when set, else the file the target image (just pulled) ships.
+      fetchPublishedCompose: fromPromise<string, { target: UpdateTarget; imageId: string }>(({ input }) => engine.publishedComposeOf(input.target.channel, input.imageId)),
       pullTarget: fromPromise<string, { target: UpdateTarget }>(async ({ input }) => {
         log.info({ digest: input.target.digest }, `pulling ${this.repository}@${input.target.digest}`);
         const imageId = await engine.pullByDigest(this.repository, input.target.digest);
@@ -336,6 +337,31 @@ export class SelfUpdateController {
         const v = await runtime.version();
         return { reference: v.image, digest: v.digest, imageId: v.imageId, migration: await currentMigration(db) };
       }),
+      repointChannelTag: fromPromise<string | null, RepointInput>(async ({ input }) => {
+        const { pending: p, now } = input;
+        const ref = `${this.repository}:${p.targetTag}`;
+        // The helper switched and someone started another build since: the target did not fail.
+        if (input.outcome === 'neither' && input.helper.status === 'ok') return null;
+        if (!now.imageId) return `the local tag ${p.targetTag} was left alone: the id of the running image is unknown`;
+        const current = await engine.imageIdOf(ref);
+        if (current === now.imageId) return null;
+        // Only the failed build is taken away: a channel tag moved since (a newer pull) is left.
+        if (current !== null && p.targetImageId !== null && current !== p.targetImageId) return null;
+        await engine.tag(now.imageId, this.repository, p.targetTag);
+        logger.info({ requestId: p.requestId, reference: ref, imageId: now.imageId, replaced: current }, `${ref} points at the running image again, not at the build that did not stick`);
+        return `the local tag ${p.targetTag} points at it again`;
+      }),
+      recordUndecided: fromPromise<void, UndecidedInput>(async ({ input }) => {
+        const { pending: p, detail, helper } = input;
+        const exitCode = helper?.exitCode ?? null;
+        const changed = await db.transaction().execute(async (tx) => {
+          if (!(await updateSelfUpdate(tx, p.requestId, { phase: 'undecided', detail, helperExitCode: exitCode, finished: true }, ['helper-running']))) return false;
+          if (p.actionId) await recordFinished(tx, p.actionId, { status: 'failed', exitCode, detail });
+          return true;
+        });
+        auditTrailChanged();
+        if (changed) logger.error({ requestId: p.requestId, targetDigest: p.targetDigest }, `self-update closed as undecided: ${detail}`);
+      }),
       recordOutcome: fromPromise<void, RecordInput>(async ({ input }) => {
         const { pending: p, outcome, detail, helper } = input;
         const phase = phaseOfOutcome(outcome);
@@ -375,6 +401,6 @@ export class SelfUpdateController {
     this.abort.signal.removeEventListener('abort', stopped);
     this.actors.delete(actor);
     const snap = actor.getSnapshot();
-    if (snap.value === 'failed') logger.error({ error: snap.context.lastError }, 'gave up reconciling the last self-update; it stays unfinished until the next boot');
+    if (snap.value === 'failed') logger.error({ error: snap.context.lastError }, 'gave up reconciling the last self-update and could not close it (the database did not answer); the next boot tries again');
   }
 }

@@ -1,9 +1,14 @@
 // Decides how the last unfinished self-update ended, once its helper has exited: by comparing the
 // digest this backend now runs with the update's target and previous digests (the helper's status
 // file is not readable here), and the schema migration with the one recorded before the update.
-import { assign, fromPromise, setup } from 'xstate';
+// When it did not stick, the local channel tag is taken back from the failed build; when nothing can
+// be read, the update is closed as `undecided` rather than left in flight. The helper's wait is
+// bounded by its deadline (a timestamp on the request); every other waiting state by the hung
+// guard, which counts as a failed attempt.
+import { assign, fromPromise, setup, type AnyEventObject } from 'xstate';
+import { hungMessage } from './job.machine.ts';
 
-export const BOOT_RECONCILE_CHART_VERSION = '1';
+export const BOOT_RECONCILE_CHART_VERSION = '2';
 
 /** The self-update action whose helper was spawned and whose outcome is not recorded yet. */
 export interface PendingUpdate {
@@ -45,12 +50,17 @@ export interface RunningNow {
 
 export type ReconcileOutcome = 'completed' | 'rolled-back' | 'rolled-back-onto-changed-schema' | 'neither';
 
+/** The step whose engine or database call kept failing. */
+export type ReconcileStep = 'findPending' | 'waitForHelper' | 'inspectRunning' | 'recordOutcome';
+
 export const CHANGED_SCHEMA = 'ROLLED BACK ONTO A CHANGED SCHEMA';
 
 export interface ReconcileInput {
   /** Attempts before giving up on an engine or database that does not answer. */
   maxAttempts?: number;
   retryMs?: number;
+  /** The hung guard: an attempt that has not answered after this many minutes counts as failed (default 15). */
+  hungMinutes?: number;
 }
 
 export interface ReconcileContext {
@@ -58,11 +68,15 @@ export interface ReconcileContext {
   helper: HelperOutcome | null;
   now: RunningNow | null;
   outcome: ReconcileOutcome | null;
+  /** What became of the local channel tag after an update that did not stick. */
+  channelTag: string | null;
   detail: string | null;
   attempts: number;
   maxAttempts: number;
   retryMs: number;
+  hungMinutes: number;
   lastError: string | null;
+  failedStep: ReconcileStep | null;
 }
 
 export interface RecordInput {
@@ -71,6 +85,20 @@ export interface RecordInput {
   detail: string;
   helper: HelperOutcome;
   now: RunningNow;
+}
+
+export interface RepointInput {
+  pending: PendingUpdate;
+  outcome: ReconcileOutcome;
+  helper: HelperOutcome;
+  now: RunningNow;
+}
+
+/** Closing an update whose outcome could not be read; helper and running image as far as they were read. */
+export interface UndecidedInput {
+  pending: PendingUpdate;
+  detail: string;
+  helper: HelperOutcome | null;
 }
 
 const never = <T, I = undefined>() => fromPromise<T, I>(() => new Promise<T>(() => {}));
@@ -108,18 +136,56 @@ export function helperReason(h: HelperOutcome, targetTag: string): string {
 const show = (ref: string | null, digest: string | null, imageId: string | null) =>
   `${ref ?? 'an unknown image'} (${digest ?? imageId ?? 'no digest'})`;
 
-export function outcomeDetail(outcome: ReconcileOutcome, p: PendingUpdate, now: RunningNow, h: HelperOutcome): string {
+/**
+ * The outcome in words. The image named is the one that runs now (after a rollback that is the
+ * rollback tag, not the reference the update started from); `channelTag` says what became of the
+ * local channel tag. The changed-schema detail is exactly the spec's words.
+ */
+export function outcomeDetail(outcome: ReconcileOutcome, p: PendingUpdate, now: RunningNow, h: HelperOutcome, channelTag: string | null = null): string {
+  const tagNote = channelTag ? `; ${channelTag}` : '';
   switch (outcome) {
     case 'completed':
       return `updated to ${p.targetTag} (${p.targetDigest}) from ${p.previousDigest ?? p.previousImageId ?? 'an unknown digest'}`;
     case 'rolled-back':
-      return `rolled back: ${helperReason(h, p.targetTag)}; still on the previous image ${show(p.previousReference, p.previousDigest, p.previousImageId)}`;
+      return `rolled back: ${helperReason(h, p.targetTag)}; still on the previous image ${show(now.reference, now.digest ?? p.previousDigest, now.imageId)}${tagNote}`;
     case 'rolled-back-onto-changed-schema':
       return CHANGED_SCHEMA;
     case 'neither':
-      return `restarted on ${show(now.reference, now.digest, now.imageId)}, which is neither the target ${p.targetDigest} nor the previous ${p.previousDigest ?? p.previousImageId ?? 'image'}; ${helperReason(h, p.targetTag)}`;
+      return `restarted on ${show(now.reference, now.digest, now.imageId)}, which is neither the target ${p.targetDigest} nor the previous ${p.previousDigest ?? p.previousImageId ?? 'image'}; ${helperReason(h, p.targetTag)}${tagNote}`;
   }
 }
+
+const UNREADABLE: Record<ReconcileStep, string> = {
+  findPending: 'the unfinished self-update could not be read from the database',
+  waitForHelper: 'the helper container installer-self-updater could not be read through the Docker engine',
+  inspectRunning: 'the image this backend runs (or the schema migration) could not be read',
+  recordOutcome: 'the outcome could not be written to the database',
+};
+
+/** Why an update is closed without an outcome: what could not be read, how often it was tried, the last error. */
+export function undecidedDetail(p: PendingUpdate, step: ReconcileStep | null, attempts: number, lastError: string | null): string {
+  const what = step ? UNREADABLE[step] : 'the outcome could not be read';
+  return (
+    `could not decide how the update to ${p.targetTag} (${p.targetDigest}) ended: ${what} ` +
+    `(${attempts} attempt${attempts === 1 ? '' : 's'}, last error: ${lastError ?? 'unknown'}); ` +
+    'closed without an outcome so that jobs and updates are accepted again: compare GET /api/version with the target digest and read docker logs installer-self-updater'
+  );
+}
+
+const failedIn = (step: ReconcileStep) =>
+  assign<ReconcileContext, AnyEventObject, undefined, AnyEventObject, never>({
+    attempts: ({ context }) => context.attempts + 1,
+    lastError: ({ event }) => errorText(event.error),
+    failedStep: () => step,
+  });
+
+/** The hung guard of a step: the attempt counts as failed, with the spec's message. */
+const hungIn = (step: ReconcileStep) =>
+  assign<ReconcileContext, AnyEventObject, undefined, AnyEventObject, never>({
+    attempts: ({ context }) => context.attempts + 1,
+    lastError: ({ context }) => hungMessage(context.hungMinutes),
+    failedStep: () => step,
+  });
 
 export const bootReconcileMachine = setup({
   types: {
@@ -132,7 +198,12 @@ export const bootReconcileMachine = setup({
     findPending: never<PendingUpdate | null>(),
     waitForHelper: never<HelperOutcome, { pending: PendingUpdate }>(),
     inspectRunning: never<RunningNow>(),
+    // Takes the local channel tag back from the failed build to the image that runs, so that a
+    // plain `docker compose up -d` (VERSION unset) does not bring the failed build back. Answers
+    // what it did, in words for the detail.
+    repointChannelTag: never<string | null, RepointInput>(),
     recordOutcome: never<void, RecordInput>(),
+    recordUndecided: never<void, UndecidedInput>(),
   },
   actions: {
     // The controller logs this at error level: the rolled-back build must tolerate the newer schema.
@@ -144,9 +215,11 @@ export const bootReconcileMachine = setup({
     rolledBackOntoChangedSchema: ({ context }) => isRolledBack(context.pending!, context.now!) && schemaChanged(context.pending!, context.now!),
     rolledBack: ({ context }) => isRolledBack(context.pending!, context.now!),
     exhausted: ({ context }) => context.attempts >= context.maxAttempts,
+    exhaustedUnknown: ({ context }) => context.attempts >= context.maxAttempts && context.pending === null,
   },
   delays: {
     retryDelay: ({ context }) => context.retryMs,
+    hungTimeout: ({ context }) => context.hungMinutes * 60_000,
   },
 }).createMachine({
   id: 'bootReconcile',
@@ -155,20 +228,24 @@ export const bootReconcileMachine = setup({
     helper: null,
     now: null,
     outcome: null,
+    channelTag: null,
     detail: null,
     attempts: 0,
     maxAttempts: input.maxAttempts ?? 10,
     retryMs: input.retryMs ?? 5_000,
+    hungMinutes: input.hungMinutes ?? 15,
     lastError: null,
+    failedStep: null,
   }),
   initial: 'finding',
   states: {
     finding: {
+      after: { hungTimeout: { target: 'retrying', actions: hungIn('findPending') } },
       invoke: {
         id: 'findPending',
         src: 'findPending',
         onDone: [{ guard: 'nothingPending', target: 'idle' }, { target: 'waitingForHelper', actions: assign({ pending: ({ event }) => event.output }) }],
-        onError: { target: 'retrying', actions: assign({ attempts: ({ context }) => context.attempts + 1, lastError: ({ event }) => errorText(event.error) }) },
+        onError: { target: 'retrying', actions: failedIn('findPending') },
       },
     },
     // The outcome is decided only after the helper has exited: a new build that boots and is
@@ -179,41 +256,75 @@ export const bootReconcileMachine = setup({
         src: 'waitForHelper',
         input: ({ context }) => ({ pending: context.pending! }),
         onDone: { target: 'inspecting', actions: assign({ helper: ({ event }) => event.output }) },
-        onError: { target: 'retrying', actions: assign({ attempts: ({ context }) => context.attempts + 1, lastError: ({ event }) => errorText(event.error) }) },
+        onError: { target: 'retrying', actions: failedIn('waitForHelper') },
       },
     },
     inspecting: {
+      after: { hungTimeout: { target: 'retrying', actions: hungIn('inspectRunning') } },
       invoke: {
         id: 'inspectRunning',
         src: 'inspectRunning',
         onDone: { target: 'deciding', actions: assign({ now: ({ event }) => event.output }) },
-        onError: { target: 'retrying', actions: assign({ attempts: ({ context }) => context.attempts + 1, lastError: ({ event }) => errorText(event.error) }) },
+        onError: { target: 'retrying', actions: failedIn('inspectRunning') },
       },
     },
     deciding: {
       always: [
         { guard: 'updated', target: 'recording', actions: assign({ outcome: 'completed' }) },
-        { guard: 'rolledBackOntoChangedSchema', target: 'recording', actions: [assign({ outcome: 'rolled-back-onto-changed-schema' }), 'alertChangedSchema'] },
-        { guard: 'rolledBack', target: 'recording', actions: assign({ outcome: 'rolled-back' }) },
-        { target: 'recording', actions: assign({ outcome: 'neither' }) },
+        { guard: 'rolledBackOntoChangedSchema', target: 'repointing', actions: [assign({ outcome: 'rolled-back-onto-changed-schema' }), 'alertChangedSchema'] },
+        { guard: 'rolledBack', target: 'repointing', actions: assign({ outcome: 'rolled-back' }) },
+        { target: 'repointing', actions: assign({ outcome: 'neither' }) },
       ],
     },
+    // The outcome is decided; a tag that cannot be moved is said in the detail, not retried.
+    repointing: {
+      after: { hungTimeout: { target: 'recording', actions: assign({ channelTag: ({ context }) => `the local tag ${context.pending!.targetTag} still names the failed build: ${hungMessage(context.hungMinutes)}` }) } },
+      invoke: {
+        id: 'repointChannelTag',
+        src: 'repointChannelTag',
+        input: ({ context }) => ({ pending: context.pending!, outcome: context.outcome!, helper: context.helper!, now: context.now! }),
+        onDone: { target: 'recording', actions: assign({ channelTag: ({ event }) => event.output }) },
+        onError: {
+          target: 'recording',
+          actions: assign({ channelTag: ({ context, event }) => `the local tag ${context.pending!.targetTag} still names the failed build: ${errorText(event.error)}` }),
+        },
+      },
+    },
     recording: {
-      entry: assign({ detail: ({ context }) => outcomeDetail(context.outcome!, context.pending!, context.now!, context.helper!) }),
+      after: { hungTimeout: { target: 'retrying', actions: hungIn('recordOutcome') } },
+      entry: assign({ detail: ({ context }) => outcomeDetail(context.outcome!, context.pending!, context.now!, context.helper!, context.channelTag) }),
       invoke: {
         id: 'recordOutcome',
         src: 'recordOutcome',
         input: ({ context }) => ({ pending: context.pending!, outcome: context.outcome!, detail: context.detail!, helper: context.helper!, now: context.now! }),
         onDone: 'reconciled',
-        onError: { target: 'retrying', actions: assign({ attempts: ({ context }) => context.attempts + 1, lastError: ({ event }) => errorText(event.error) }) },
+        onError: { target: 'retrying', actions: failedIn('recordOutcome') },
       },
     },
     retrying: {
-      always: { guard: 'exhausted', target: 'failed' },
+      always: [
+        // Nothing known to close: the database never answered. The next boot tries again.
+        { guard: 'exhaustedUnknown', target: 'failed' },
+        { guard: 'exhausted', target: 'givingUp' },
+      ],
       after: { retryDelay: 'finding' },
+    },
+    // Gave up: the update is closed as `undecided`, its audit row finished, so that it no longer
+    // counts as in flight (jobs and updates are accepted) and no later boot brings it back.
+    givingUp: {
+      after: { hungTimeout: { target: 'failed', actions: assign({ lastError: ({ context }) => hungMessage(context.hungMinutes) }) } },
+      entry: assign({ detail: ({ context }) => undecidedDetail(context.pending!, context.failedStep, context.attempts, context.lastError) }),
+      invoke: {
+        id: 'recordUndecided',
+        src: 'recordUndecided',
+        input: ({ context }) => ({ pending: context.pending!, detail: context.detail!, helper: context.helper }),
+        onDone: 'undecided',
+        onError: { target: 'failed', actions: assign({ lastError: ({ event }) => errorText(event.error) }) },
+      },
     },
     idle: { type: 'final' },
     reconciled: { type: 'final' },
+    undecided: { type: 'final' },
     failed: { type: 'final' },
   },
 });

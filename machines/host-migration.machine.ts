@@ -1,9 +1,10 @@
 // The host migration job: copy the bundled migrate-host.sh to the host, then run it in the host's
-// namespaces from a short-lived privileged container; output resets the hung guard.
+// namespaces from a short-lived privileged container; in both waiting states output resets the hung
+// guard. The exit code is the script's: null when the job ends without the script ending.
 import { assign, fromCallback, setup, type EventObject } from 'xstate';
 import { hungMessage } from './job.machine.ts';
 
-export const HOST_MIGRATION_CHART_VERSION = '1';
+export const HOST_MIGRATION_CHART_VERSION = '2';
 
 export interface HostMigrationInput {
   hungMinutes: number;
@@ -39,6 +40,10 @@ export const hostMigrationMachine = setup({
   guards: {
     succeeded: ({ event }) => event.type === 'EXITED' && event.exitCode === 0,
   },
+  actions: {
+    // The spec's message, from every state that waits on work and stops hearing from it.
+    markHung: assign({ detail: ({ context }) => hungMessage(context.hungMinutes) }),
+  },
   delays: {
     hungTimeout: ({ context }) => context.hungMinutes * 60_000,
   },
@@ -53,6 +58,14 @@ export const hostMigrationMachine = setup({
         src: 'copyScript',
         input: () => ({}),
         onError: { target: 'failed', actions: assign({ detail: ({ event }) => errorText(event.error) }) },
+      },
+      // Copying runs a container too, and can stall: the same hung guard as the script's run.
+      initial: 'watching',
+      states: {
+        watching: {
+          after: { hungTimeout: { target: '#hostMigration.hung', actions: 'markHung' } },
+          on: { OUTPUT: { target: 'watching', reenter: true } },
+        },
       },
       on: {
         COPIED: 'running',
@@ -70,12 +83,7 @@ export const hostMigrationMachine = setup({
       initial: 'watching',
       states: {
         watching: {
-          after: {
-            hungTimeout: {
-              target: '#hostMigration.hung',
-              actions: assign({ detail: ({ context }) => hungMessage(context.hungMinutes) }),
-            },
-          },
+          after: { hungTimeout: { target: '#hostMigration.hung', actions: 'markHung' } },
           on: { OUTPUT: { target: 'watching', reenter: true } },
         },
       },

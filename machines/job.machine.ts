@@ -1,8 +1,9 @@
 // The life of one platform job: prepare (a deploy fetches templates and renders .env), then run
-// its compose steps one by one; any output resets the hung guard, a cancel stops the running step.
+// its compose steps one by one; in every waiting state output resets the hung guard, a cancel stops
+// the work. The exit code is the one of the step that ended the job: null when no process ended it.
 import { assign, fromCallback, setup, type EventObject } from 'xstate';
 
-export const JOB_CHART_VERSION = '1';
+export const JOB_CHART_VERSION = '2';
 
 export interface JobInput {
   steps: readonly string[];
@@ -25,7 +26,8 @@ export type JobEvent =
   | { type: 'PREPARE_FAILED'; message: string }
   | { type: 'OUTPUT' }
   | { type: 'STEP_DONE'; exitCode: number }
-  | { type: 'STEP_FAILED'; message: string }
+  /** The step could not do its work; `exitCode` when its process did end (with that code). */
+  | { type: 'STEP_FAILED'; message: string; exitCode?: number }
   | { type: 'CANCEL'; by: string };
 
 export interface StepInput {
@@ -54,6 +56,10 @@ export const jobMachine = setup({
     stepFailed: ({ event }) => event.type === 'STEP_DONE' && event.exitCode !== 0,
     moreSteps: ({ context }) => context.stepIndex + 1 < context.steps.length,
   },
+  actions: {
+    // The spec's message, from every state that waits on work and stops hearing from it.
+    markHung: assign({ detail: ({ context }) => hungMessage(context.hungMinutes) }),
+  },
   delays: {
     hungTimeout: ({ context }) => context.hungMinutes * 60_000,
   },
@@ -79,6 +85,14 @@ export const jobMachine = setup({
         input: () => ({}),
         onError: { target: 'failed', actions: assign({ detail: ({ event }) => errorText(event.error) }) },
       },
+      // Preparing waits on work too (a template download can stall): the same hung guard.
+      initial: 'watching',
+      states: {
+        watching: {
+          after: { hungTimeout: { target: '#job.hung', actions: 'markHung' } },
+          on: { OUTPUT: { target: 'watching', reenter: true } },
+        },
+      },
       on: {
         PREPARED: 'running',
         PREPARE_FAILED: { target: 'failed', actions: assign({ detail: ({ event }) => event.message }) },
@@ -86,6 +100,9 @@ export const jobMachine = setup({
       },
     },
     running: {
+      // Each step starts without an exit code: a cancel, the hung guard or a step that cannot run
+      // ends the job with null, never with the 0 of the step before.
+      entry: assign({ exitCode: null }),
       invoke: {
         id: 'runStep',
         src: 'runStep',
@@ -96,12 +113,7 @@ export const jobMachine = setup({
       states: {
         // Re-entered on every output line, which restarts the hung timer.
         watching: {
-          after: {
-            hungTimeout: {
-              target: '#job.hung',
-              actions: assign({ detail: ({ context }) => hungMessage(context.hungMinutes) }),
-            },
-          },
+          after: { hungTimeout: { target: '#job.hung', actions: 'markHung' } },
           on: { OUTPUT: { target: 'watching', reenter: true } },
         },
       },
@@ -123,7 +135,7 @@ export const jobMachine = setup({
           },
           { target: 'completed', actions: assign({ exitCode: ({ event }) => event.exitCode }) },
         ],
-        STEP_FAILED: { target: 'failed', actions: assign({ detail: ({ event }) => event.message }) },
+        STEP_FAILED: { target: 'failed', actions: assign({ detail: ({ event }) => event.message, exitCode: ({ event }) => event.exitCode ?? null }) },
         CANCEL: { target: 'cancelled', actions: assign({ detail: ({ event }) => `cancelled by ${event.by}` }) },
       },
     },

@@ -1,9 +1,11 @@
 // One self-update request inside the running backend: resolve the channel's target digest, stop if
 // already newest, run the preflight, record the audit action, clear a leftover helper and spawn it.
-// A failure before the helper runs undoes what preflight changed: then nothing has changed.
+// A failure before the helper runs undoes what preflight changed: then nothing has changed. Every
+// step is bounded by the hung guard, so a stalled engine or registry cannot hold an update in flight.
 import { assign, fromPromise, setup } from 'xstate';
+import { hungMessage } from './job.machine.ts';
 
-export const SELF_UPDATE_CHART_VERSION = '1';
+export const SELF_UPDATE_CHART_VERSION = '2';
 
 /** The image this backend runs, as the engine reports it. */
 export interface RunningImage {
@@ -35,10 +37,13 @@ export interface PreflightChanges {
 
 export interface SelfUpdateInput {
   requestId: string;
+  /** The hung guard: a step that has not finished after this many minutes is abandoned (default 15). */
+  hungMinutes?: number;
 }
 
 export interface SelfUpdateContext {
   requestId: string;
+  hungMinutes: number;
   running: RunningImage | null;
   target: UpdateTarget | null;
   /** The published compose file, fetched in preflight and staged for the helper. */
@@ -97,7 +102,7 @@ export const selfUpdateMachine = setup({
     // database; fakes in simulations. Each is idempotent or changes one thing atomically.
     resolveTarget: never<ResolvedTarget>(),
     checkPreconditions: never<void, { running: RunningImage | null }>(),
-    fetchPublishedCompose: never<string>(),
+    fetchPublishedCompose: never<string, { target: UpdateTarget; imageId: string }>(),
     pullTarget: never<string, { target: UpdateTarget }>(),
     tagRollback: never<{ before: string | null }, { running: RunningImage }>(),
     stageComposeFile: never<{ before: string | null }, { content: string }>(),
@@ -110,10 +115,14 @@ export const selfUpdateMachine = setup({
   guards: {
     alreadyNewest: ({ context }) => context.running?.digest != null && context.running.digest === context.target?.digest,
   },
+  delays: {
+    hungTimeout: ({ context }) => context.hungMinutes * 60_000,
+  },
 }).createMachine({
   id: 'selfUpdate',
   context: ({ input }) => ({
     requestId: input.requestId,
+    hungMinutes: input.hungMinutes ?? 15,
     running: null,
     target: null,
     composeFile: null,
@@ -131,6 +140,7 @@ export const selfUpdateMachine = setup({
   states: {
     // The registry digest of `<channel>-latest`, through the engine. Failing here is a 400.
     resolving: {
+      after: { hungTimeout: { target: 'unresolved', actions: assign({ failedStep: 'resolving', detail: ({ context }) => hungMessage(context.hungMinutes) }) } },
       invoke: {
         id: 'resolveTarget',
         src: 'resolveTarget',
@@ -141,13 +151,14 @@ export const selfUpdateMachine = setup({
     deciding: {
       always: [{ guard: 'alreadyNewest', target: 'newest' }, { target: 'checking' }],
     },
-    // Nothing is changed until the fetch and the pull have succeeded.
+    // Nothing is changed until the pull and the fetch have succeeded.
     checking: {
+      after: { hungTimeout: { target: 'aborted', actions: assign({ failedStep: 'checking', detail: ({ context }) => hungMessage(context.hungMinutes), abortCode: 'preflight' }) } },
       invoke: {
         id: 'checkPreconditions',
         src: 'checkPreconditions',
         input: ({ context }) => ({ running: context.running }),
-        onDone: 'fetchingCompose',
+        onDone: 'pulling',
         onError: {
           target: 'aborted',
           actions: assign({
@@ -158,26 +169,31 @@ export const selfUpdateMachine = setup({
         },
       },
     },
-    fetchingCompose: {
-      invoke: {
-        id: 'fetchPublishedCompose',
-        src: 'fetchPublishedCompose',
-        onDone: { target: 'pulling', actions: assign({ composeFile: ({ event }) => event.output }) },
-        onError: { target: 'aborted', actions: assign({ failedStep: 'fetchingCompose', detail: ({ event }) => errorText(event.error), abortCode: 'preflight' }) },
-      },
-    },
     // Pulled by digest, so a stale local tag cannot win (rig.md).
     pulling: {
+      after: { hungTimeout: { target: 'aborted', actions: assign({ failedStep: 'pulling', detail: ({ context }) => hungMessage(context.hungMinutes), abortCode: 'preflight' }) } },
       invoke: {
         id: 'pullTarget',
         src: 'pullTarget',
         input: ({ context }) => ({ target: context.target! }),
-        onDone: { target: 'taggingRollback', actions: assign({ targetImageId: ({ event }) => event.output }) },
+        onDone: { target: 'fetchingCompose', actions: assign({ targetImageId: ({ event }) => event.output }) },
         onError: { target: 'aborted', actions: assign({ failedStep: 'pulling', detail: ({ event }) => errorText(event.error), abortCode: 'preflight' }) },
+      },
+    },
+    // The published compose file: PUBLISHED_COMPOSE_URL, else the one the pulled target image ships.
+    fetchingCompose: {
+      after: { hungTimeout: { target: 'aborted', actions: assign({ failedStep: 'fetchingCompose', detail: ({ context }) => hungMessage(context.hungMinutes), abortCode: 'preflight' }) } },
+      invoke: {
+        id: 'fetchPublishedCompose',
+        src: 'fetchPublishedCompose',
+        input: ({ context }) => ({ target: context.target!, imageId: context.targetImageId! }),
+        onDone: { target: 'taggingRollback', actions: assign({ composeFile: ({ event }) => event.output }) },
+        onError: { target: 'aborted', actions: assign({ failedStep: 'fetchingCompose', detail: ({ event }) => errorText(event.error), abortCode: 'preflight' }) },
       },
     },
     // From here on every step records what it replaced; a failure goes through `undoing`.
     taggingRollback: {
+      after: { hungTimeout: { target: 'undoing', actions: assign({ failedStep: 'taggingRollback', detail: ({ context }) => hungMessage(context.hungMinutes) }) } },
       invoke: {
         id: 'tagRollback',
         src: 'tagRollback',
@@ -187,6 +203,7 @@ export const selfUpdateMachine = setup({
       },
     },
     staging: {
+      after: { hungTimeout: { target: 'undoing', actions: assign({ failedStep: 'staging', detail: ({ context }) => hungMessage(context.hungMinutes) }) } },
       invoke: {
         id: 'stageComposeFile',
         src: 'stageComposeFile',
@@ -196,6 +213,7 @@ export const selfUpdateMachine = setup({
       },
     },
     taggingNew: {
+      after: { hungTimeout: { target: 'undoing', actions: assign({ failedStep: 'taggingNew', detail: ({ context }) => hungMessage(context.hungMinutes) }) } },
       invoke: {
         id: 'tagNew',
         src: 'tagNew',
@@ -206,6 +224,7 @@ export const selfUpdateMachine = setup({
     },
     // The audit row: target digest, current schema migration (preUpdateMigration), previous digest.
     recording: {
+      after: { hungTimeout: { target: 'undoing', actions: assign({ failedStep: 'recording', detail: ({ context }) => hungMessage(context.hungMinutes) }) } },
       invoke: {
         id: 'recordAction',
         src: 'recordAction',
@@ -218,6 +237,7 @@ export const selfUpdateMachine = setup({
       },
     },
     removingLeftover: {
+      after: { hungTimeout: { target: 'undoing', actions: assign({ failedStep: 'removingLeftover', detail: ({ context }) => hungMessage(context.hungMinutes) }) } },
       invoke: {
         id: 'removeLeftoverHelper',
         src: 'removeLeftoverHelper',
@@ -226,6 +246,7 @@ export const selfUpdateMachine = setup({
       },
     },
     spawning: {
+      after: { hungTimeout: { target: 'undoing', actions: assign({ failedStep: 'spawning', detail: ({ context }) => hungMessage(context.hungMinutes) }) } },
       invoke: {
         id: 'spawnHelper',
         src: 'spawnHelper',
@@ -235,6 +256,7 @@ export const selfUpdateMachine = setup({
       },
     },
     undoing: {
+      after: { hungTimeout: { target: 'aborted', actions: assign({ abortCode: 'preflight', undoFailed: ({ context }) => hungMessage(context.hungMinutes) }) } },
       invoke: {
         id: 'undoPreflight',
         src: 'undoPreflight',

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the installer image from deploy/Dockerfile.
 #   scripts/build-image.sh [--rig] [--push] [--context-only DIR] TAG [TAG...]
-# The context holds compiled code, the built UI and production dependencies prepared here, so the Dockerfile
+# The context holds compiled code, the built UI, production dependencies and the compose files of both
+# channels (deploy/), prepared here, so the Dockerfile
 # itself compiles and downloads nothing. --rig builds from the locally made base images of the
 # test rig (no registry pulls); --push pushes every tag and prints `digest <tag> <sha256:…>`.
 set -euo pipefail
@@ -55,6 +56,10 @@ mkdir -p "$ctx/dist/src/ui"
 cp -a "$cache/ui" "$ctx/dist/src/ui/dist"
 cp "$root/package.json" "$ctx/"
 find "$root/scripts" -maxdepth 1 -name '*.sh' -exec cp {} "$ctx/scripts/" \;
+# The compose files this build publishes, one per channel, at a fixed path in the image
+# (/usr/src/app/deploy): without PUBLISHED_COMPOSE_URL a self-update installs the one its target ships.
+mkdir -p "$ctx/deploy"
+cp "$root/deploy/docker-compose.yml" "$root/deploy/docker-compose.dev.yml" "$ctx/deploy/"
 cat > "$ctx/.dockerignore" <<'IGNORE'
 .dockerignore
 IGNORE

@@ -13,5 +13,5 @@ cp deploy/rig/demo-platform/docker-compose.yml "$platform_dir/docker-compose.yml
 docker compose -p platform -f "$platform_dir/docker-compose.yml" up -d --wait --wait-timeout 120
 export NODE_ENV=${NODE_ENV:-development} DATA_DIR=${DATA_DIR:-$root/data} PLATFORM_DIR=${PLATFORM_DIR:-$platform_dir}
 export HOST=${HOST:-127.0.0.1} PORT=${PORT:-8080}
-echo "installer: http://$HOST:$PORT  (API docs at /api/docs; first admin password in $DATA_DIR/secrets/initial-admin-password)"
+echo "installer: http://$HOST:$PORT  (API docs at /api/docs; first admin password in $DATA_DIR/secrets/initial-admin-password; you choose your own at first sign-in)"
 exec npm start

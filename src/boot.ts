@@ -8,6 +8,7 @@ import { createLogger, RecentLines, SecretSet } from './logger.ts';
 import { openDatabase, type Database } from './db/database.ts';
 import { migrateToLatest, currentMigration } from './db/migrate.ts';
 import { countUsers, createUser } from './state/users.ts';
+import { loadTls, type TlsMaterial } from './adapters/tls.ts';
 
 /** Exit code for a configuration error (sysexits EX_CONFIG). */
 export const EX_CONFIG = 78;
@@ -22,6 +23,27 @@ export function settingsOrExit(env: NodeJS.ProcessEnv = process.env): Settings {
     }
     throw err;
   }
+}
+
+/** The HTTPS listener's certificate (null without HTTPS_PORT); a bad certificate file stops the process like a bad setting. */
+export async function tlsOrExit(settings: Settings): Promise<TlsMaterial | null> {
+  try {
+    return await loadTls(settings);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`installer: configuration error: ${err.message}\n`);
+      process.exit(EX_CONFIG);
+    }
+    throw err;
+  }
+}
+
+/** The line an operator compares the browser's certificate with (docs/adr/0020-https-listeners.md). */
+export function logCertificate(logger: Logger, tls: TlsMaterial): void {
+  const details = { tls: { source: tls.source, fingerprint256: tls.fingerprint256, spkiSha256: tls.spkiSha256, subject: tls.subject, notAfter: tls.notAfter, certFile: tls.certFile } };
+  if (tls.generated) logger.warn(details, 'generated a self-signed HTTPS certificate: compare its SHA-256 fingerprint with the one your browser shows');
+  else logger.info(details, 'HTTPS certificate');
+  if (tls.expired) logger.warn({ tls: { notAfter: tls.notAfter, certFile: tls.certFile } }, 'the HTTPS certificate has expired: clients will refuse it until TLS_CERT_FILE holds a valid one');
 }
 
 export interface Booted {
@@ -65,7 +87,7 @@ export async function boot(settings: Settings, opts: { migrate: boolean; logger?
 export async function ensureInitialAdmin(b: Booted): Promise<void> {
   if ((await countUsers(b.database.db)) > 0) return;
   const password = randomBytes(18).toString('base64url');
-  await createUser(b.database.db, { username: 'admin', password, role: 'admin' });
+  await createUser(b.database.db, { username: 'admin', password, role: 'admin', mustChangePassword: true });
   const file = writeInitialAdminPassword(b.settings, password);
   b.logger.warn({ file }, 'created the first user "admin"; its password is in this file (readable by root only)');
 }

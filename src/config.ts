@@ -26,6 +26,13 @@ export const settingsSchema = z.object({
   NODE_ENV: z.enum(['production', 'development', 'test']).default('production'),
   HOST: z.string().min(1).default('0.0.0.0'),
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  /** Port of the HTTPS listener on HOST; unset: plain HTTP only (docs/adr/0020-https-listeners.md). */
+  HTTPS_PORT: z.coerce.number().int('must be a port number').min(0, 'must be a port number').max(65535, 'must be a port number').optional(),
+  /** The operator's certificate (PEM, leaf first, chain after it) and its private key; unset: a generated one. */
+  TLS_CERT_FILE: z.string().min(1).optional(),
+  TLS_KEY_FILE: z.string().min(1).optional(),
+  /** Strict-Transport-Security max-age, sent over HTTPS only with the operator's certificate; 0: never sent. */
+  HSTS_MAX_AGE_SECONDS: z.coerce.number().int('must be a whole number of seconds').min(0, 'must be at least 0').max(2 * 365 * 24 * 3600, 'must be at most two years').default(365 * 24 * 3600),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   TZ: z.literal('UTC', { error: 'must be UTC: container log timestamps and audit times are UTC' }).default('UTC'),
 
@@ -44,6 +51,8 @@ export const settingsSchema = z.object({
   TOKEN_TTL_SECONDS: positiveInt.max(7 * 24 * 3600, 'must be at most one week').default(12 * 3600),
   SERVICE_ACTOR_NAME: z.string().min(1).default('platform-control-plane'),
   LOGIN_RATE_LIMIT_PER_MINUTE: positiveInt.default(10),
+  /** Failed sign-ins per user name per minute, from any address; past it the name is refused until the minute ends. */
+  LOGIN_FAILURES_PER_USER_PER_MINUTE: positiveInt.default(10),
 
   INSTALLER_CHANNEL: z.string().regex(/^[a-z0-9]+$/, 'must be a lower-case word such as prod or dev').optional(),
   INSTALLER_REGISTRY: repository.default('registry.example.com'),
@@ -62,6 +71,8 @@ export const settingsSchema = z.object({
   PLATFORM_DIR: z.string().min(1).optional(),
   PLATFORM_TEMPLATES_URL: z.string().min(1).optional(),
   PLATFORM_URL: z.string().url().optional(),
+  /** The installer's address as the platform's containers reach it; written into the platform's .env as INSTALLER_URL. */
+  PLATFORM_INSTALLER_URL: z.string().url().refine((u) => /^https?:\/\//.test(u), 'must be an http:// or https:// URL').default('http://installer-backend:8080'),
   MIGRATE_HOST_SCRIPT_PATH: absolutePath
     .refine((p) => /^[A-Za-z0-9_./-]+$/.test(p), 'may hold only letters, digits and _ . / -')
     .default('/opt/installer/migrate-host.sh'),
@@ -144,6 +155,16 @@ export function loadSettings(env: NodeJS.ProcessEnv, files: FileReader): Setting
     throw new ConfigError(variable, issue.message);
   }
   const raw = parsed.data;
+  if ((raw.TLS_CERT_FILE === undefined) !== (raw.TLS_KEY_FILE === undefined)) {
+    const missing = raw.TLS_CERT_FILE === undefined ? 'TLS_CERT_FILE' : 'TLS_KEY_FILE';
+    throw new ConfigError(missing, 'must be set too: TLS_CERT_FILE (the certificate) and TLS_KEY_FILE (its private key) go together');
+  }
+  if (raw.TLS_CERT_FILE !== undefined && raw.HTTPS_PORT === undefined) {
+    throw new ConfigError('HTTPS_PORT', 'must be set when TLS_CERT_FILE is: the certificate is served on the HTTPS listener');
+  }
+  if (raw.HTTPS_PORT !== undefined && raw.HTTPS_PORT !== 0 && raw.HTTPS_PORT === raw.PORT) {
+    throw new ConfigError('HTTPS_PORT', 'must differ from PORT: plain HTTP and HTTPS listen on separate ports');
+  }
   const secrets: Partial<Record<SecretName, string>> = {};
   for (const name of SECRET_SETTINGS) if (raw[name] !== undefined) secrets[name] = raw[name];
   const { JWT_SECRET: _a, ENCRYPTION_KEY: _b, SERVICE_TOKEN: _c, DATABASE_PASSWORD: _d, ...rest } = raw;

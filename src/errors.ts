@@ -3,6 +3,8 @@ export type ErrorCode =
   | 'bad_request'
   | 'unauthenticated'
   | 'forbidden'
+  /** Signed in, but the user must choose a new password before anything else. */
+  | 'password_change_required'
   | 'not_found'
   | 'conflict'
   | 'unsupported_media_type'
@@ -15,6 +17,7 @@ const STATUS: Record<ErrorCode, number> = {
   bad_request: 400,
   unauthenticated: 401,
   forbidden: 403,
+  password_change_required: 403,
   not_found: 404,
   conflict: 409,
   unsupported_media_type: 415,

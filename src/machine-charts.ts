@@ -9,7 +9,7 @@ import type { DirectedGraphNode } from 'xstate/graph';
 import type { DB } from './db/schema.ts';
 import type { ChartEdge, ChartInstance, ChartNode, ChartView, MachinesPort } from './api/ports.ts';
 import { listJobs, type JobView } from './state/jobs.ts';
-import { listSelfUpdates, type SelfUpdateView } from './state/self-update.ts';
+import { listSelfUpdates, SPAWNED, type SelfUpdateView } from './state/self-update.ts';
 import { jobMachine, JOB_CHART_VERSION } from '../machines/job.machine.ts';
 import { hostMigrationMachine, HOST_MIGRATION_CHART_VERSION } from '../machines/host-migration.machine.ts';
 import { selfUpdateMachine, SELF_UPDATE_CHART_VERSION } from '../machines/self-update.machine.ts';
@@ -153,15 +153,15 @@ function selfUpdateInstance(rootId: string, u: SelfUpdateView): ChartInstance {
 /**
  * The boot reconciliation runs once per boot and keeps no row of its own; where it stands follows
  * from the self-update it reconciles: helper running → waiting for the helper; an outcome recorded
- * → reconciled; nothing pending → idle.
+ * → reconciled; closed without an outcome → undecided; nothing pending → idle.
  */
 function reconcileInstances(rootId: string, updates: SelfUpdateView[]): ChartInstance[] {
-  const spawned = updates.filter((u) => ['helper-running', 'completed', 'rolled-back', 'neither'].includes(u.phase));
+  const spawned = updates.filter((u) => SPAWNED.includes(u.phase));
   if (!spawned.length) {
     return [{ id: 'boot', label: 'this boot: no self-update to reconcile', phase: 'idle', state: 'idle', stateIds: activeIds(rootId, 'idle'), at: new Date().toISOString() }];
   }
   return spawned.map((u) => {
-    const state = u.phase === 'helper-running' ? 'waitingForHelper' : 'reconciled';
+    const state = u.phase === 'helper-running' ? 'waitingForHelper' : u.phase === 'undecided' ? 'undecided' : 'reconciled';
     return {
       id: u.requestId,
       label: `reconcile ${u.targetTag ?? 'self-update'} → ${u.phase}`,

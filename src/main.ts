@@ -1,18 +1,23 @@
 // The installer backend: boots, starts its controllers, serves the API and stops cleanly on
 // SIGTERM (it is PID 1 in its container, so an unhandled SIGTERM would make every stop wait for
 // the kill timeout).
-import { boot, ensureInitialAdmin, settingsOrExit } from './boot.ts';
+import { boot, ensureInitialAdmin, logCertificate, settingsOrExit, tlsOrExit } from './boot.ts';
 import { buildApp } from './api/app.ts';
 import { wire } from './wiring.ts';
+import { startListeners, type Listeners } from './listeners.ts';
 
 const settings = settingsOrExit();
+// Before the database: a bad certificate file stops the process like any other bad setting.
+const tls = await tlsOrExit(settings);
 const booted = await boot(settings, { migrate: settings.MIGRATE_ON_BOOT });
 const { logger, database } = booted;
 await ensureInitialAdmin(booted);
+if (tls) logCertificate(logger, tls);
 
 const wired = wire(booted);
-const app = await buildApp(wired.deps);
+const app = await buildApp({ ...wired.deps, tls: tls ? { source: tls.source, fingerprint256: tls.fingerprint256, spkiSha256: tls.spkiSha256, subject: tls.subject, notAfter: tls.notAfter } : null });
 await wired.start();
+const serving: { listeners?: Listeners } = {};
 
 let stopping = false;
 async function shutdown(signal: string): Promise<void> {
@@ -26,7 +31,7 @@ async function shutdown(signal: string): Promise<void> {
   force.unref();
   try {
     await wired.stop();
-    await app.close();
+    await (serving.listeners ? serving.listeners.close() : app.close());
     await database.close();
   } finally {
     logger.flush();
@@ -36,5 +41,6 @@ async function shutdown(signal: string): Promise<void> {
 process.on('SIGTERM', () => void shutdown('SIGTERM'));
 process.on('SIGINT', () => void shutdown('SIGINT'));
 
-const address = await app.listen({ host: settings.HOST, port: settings.PORT });
-logger.info({ address }, 'installer listening');
+const listeners = await startListeners(app, settings, tls, logger);
+serving.listeners = listeners;
+logger.info({ address: listeners.httpAddress, ...(listeners.httpsAddress ? { httpsAddress: listeners.httpsAddress } : {}) }, 'installer listening');

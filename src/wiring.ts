@@ -7,7 +7,7 @@ import type { Settings } from './config.ts';
 import type { Database } from './db/database.ts';
 import type { InstallerSecrets } from './adapters/secrets.ts';
 import { connectEngine, EngineRuntime, projectContainers, pruneDanglingImages } from './adapters/docker-engine.ts';
-import { PlatformFiles } from './adapters/platform-files.ts';
+import { installerEnvFor, PlatformFiles } from './adapters/platform-files.ts';
 import { HostRunner } from './adapters/host-runner.ts';
 import { ContainerLogs } from './adapters/container-logs.ts';
 import { JobEventLog, pruneJobEvents } from './state/job-events.ts';
@@ -19,7 +19,9 @@ import { JobsController } from '../controllers/jobs.controller.ts';
 import { SelfUpdateController } from '../controllers/self-update.controller.ts';
 import { DockerSelfUpdateEngine, type SelfUpdateEngine } from './adapters/self-update.ts';
 import { machineCharts } from './machine-charts.ts';
-import type { AppDeps } from './api/app.ts';
+import { userDirectory, type AppDeps } from './api/app.ts';
+import { localSocketPath, serveLocalSocket } from './adapters/local-socket.ts';
+import { runUserCommand, userCommandSchema } from './state/user-commands.ts';
 import type { PlatformPort, RuntimePort } from './api/ports.ts';
 
 export interface Wired {
@@ -29,6 +31,8 @@ export interface Wired {
   selfUpdate: SelfUpdateController;
   events: JobEventLog;
   platformFiles: PlatformFiles;
+  /** The host migration's runner, as the jobs controller uses it. */
+  hostRunner: HostRunner;
   /** Starts the controllers (after retention pruning); call once the database is migrated. */
   start(): Promise<void>;
   stop(): Promise<void>;
@@ -77,6 +81,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     pruneImages: () => pruneDanglingImages(docker),
     hungMinutes: settings.HUNG_JOB_MINUTES,
     templatesUrl: settings.PLATFORM_TEMPLATES_URL,
+    installerEnv: () => installerEnvFor(settings.PLATFORM_INSTALLER_URL, serviceTokens.current()),
     hostRunner,
     migrateHostScriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
     workerId: `${hostname()}:${process.pid}`,
@@ -110,7 +115,10 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     readEnv: () => platformFiles.readEnv(),
   };
   const logs = new ContainerLogs(docker, { scrub, warn: (details, message) => logger.warn(details, message) });
+  const users = userDirectory(database);
+  let closeLocalSocket: (() => Promise<void>) | undefined;
   const deps: AppDeps = {
+    users,
     logs,
     settings,
     database,
@@ -138,14 +146,35 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     selfUpdate,
     events,
     platformFiles,
+    hostRunner,
     async start() {
       const cutoff = new Date(Date.now() - settings.JOB_EVENT_RETENTION_DAYS * 86_400_000);
       const pruned = await pruneJobEvents(database.db, cutoff);
       if (pruned) logger.info({ pruned, olderThan: cutoff.toISOString() }, 'pruned old job events');
       await jobs.start();
       await selfUpdate.start();
+      // The embedded database is this process's alone: the `user` CLI hands its changes over here.
+      if (database.kind === 'pglite') {
+        const log = logger.child({ component: 'local-socket' });
+        closeLocalSocket = await serveLocalSocket(
+          localSocketPath(settings.DATA_DIR),
+          async (raw) => {
+            const parsed = userCommandSchema.safeParse(raw);
+            if (!parsed.success) return { ok: false, output: 'the request is not a user command\n', exitCode: 2 };
+            const cmd = parsed.data;
+            const result = cmd.op === 'list' ? await runUserCommand(database.db, cmd) : await users.applying(cmd.username, () => runUserCommand(database.db, cmd));
+            if (result.changed) {
+              log.info({ actor: parsed.data.op === 'list' ? undefined : parsed.data.actor, ...result.changed }, 'user changed');
+            }
+            return result;
+          },
+          (err) => log.error({ err }, 'local socket request failed'),
+        );
+      }
     },
     async stop() {
+      await closeLocalSocket?.();
+      closeLocalSocket = undefined;
       await selfUpdate.stop();
       await jobs.stop();
     },

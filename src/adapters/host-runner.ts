@@ -56,11 +56,11 @@ export class HostRunner {
     await this.docker.getContainer(name).remove({ force: true }).catch(() => {});
   }
 
-  /** Runs a one-off container to completion, streaming its output; resolves with its exit code. */
-  private async start(name: string, cmd: string[], onLine: (stream: 'stdout' | 'stderr', line: string) => void): Promise<{ container: Docker.Container; exited: Promise<number> }> {
+  /** Creates (does not start) a one-off container from the runner image with the runner's privileges. */
+  private async create(name: string, cmd: string[]): Promise<Docker.Container> {
     await this.removeIfPresent(name);
     const image = await this.opts.image();
-    const container = await this.docker.createContainer({
+    return this.docker.createContainer({
       name,
       Image: image,
       Entrypoint: [],
@@ -71,6 +71,11 @@ export class HostRunner {
       Labels: { 'io.installer.role': 'host-migration' },
       HostConfig: hostConfig(this.opts),
     });
+  }
+
+  /** Runs a one-off container to completion, streaming its output; resolves with its exit code. */
+  private async start(name: string, cmd: string[], onLine: (stream: 'stdout' | 'stderr', line: string) => void): Promise<HostRun> {
+    const container = await this.create(name, cmd);
     const stream = await container.attach({ stream: true, stdout: true, stderr: true });
     const out = splitLines(onLine, 'stdout');
     const err = splitLines(onLine, 'stderr');
@@ -85,29 +90,42 @@ export class HostRunner {
       await container.remove({ force: true }).catch(() => {});
       return r.StatusCode;
     })();
-    return { container, exited };
-  }
-
-  /** Copies the bundled script to `scriptPath` in the host's mount namespace (mode 0755). */
-  async copyScript(scriptPath: string, onLine: (stream: 'stdout' | 'stderr', line: string) => void): Promise<void> {
-    // The path travels as an argument ($1), never inside the shell text.
-    const { exited } = await this.start(
-      COPY_NAME,
-      ['sh', '-c', `nsenter -t 1 -a -- sh -c 'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod 0755 "$1"' copy "$1" < ${BUNDLED_SCRIPT}`, 'copy', scriptPath],
-      onLine,
-    );
-    const code = await exited;
-    if (code !== 0) throw new Error(`copying migrate-host.sh to ${scriptPath} on the host failed (exit ${code})`);
-  }
-
-  /** Runs `nsenter -t 1 -a -- bash <script path> --yes` in a fresh runner container. */
-  async run(scriptPath: string, onLine: (stream: 'stdout' | 'stderr', line: string) => void): Promise<HostRun> {
-    const { container, exited } = await this.start(RUNNER_NAME, ['nsenter', '-t', '1', '-a', '--', 'bash', scriptPath, '--yes'], onLine);
     return {
       exited,
       cancel() {
         void container.kill({ signal: 'SIGTERM' }).catch(() => {});
       },
     };
+  }
+
+  /**
+   * Copies the bundled script to `scriptPath` in the host's mount namespace (mode 0755). The run
+   * resolves once the copy has finished: its exit code says whether it worked.
+   */
+  async copyScript(scriptPath: string, onLine: (stream: 'stdout' | 'stderr', line: string) => void): Promise<HostRun> {
+    // The path travels as an argument ($1), never inside the shell text.
+    return this.start(
+      COPY_NAME,
+      ['sh', '-c', `nsenter -t 1 -a -- sh -c 'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod 0755 "$1"' copy "$1" < ${BUNDLED_SCRIPT}`, 'copy', scriptPath],
+      onLine,
+    );
+  }
+
+  /** The command the runner executes in the host's namespaces. */
+  static command(scriptPath: string): string[] {
+    return ['nsenter', '-t', '1', '-a', '--', 'bash', scriptPath, '--yes'];
+  }
+
+  /**
+   * Creates the runner container exactly as `run` does, without starting it, and returns its id:
+   * a host that cannot start it (a VM refusing --privileged) can still show what would run.
+   */
+  async createRunner(scriptPath: string): Promise<string> {
+    return (await this.create(RUNNER_NAME, HostRunner.command(scriptPath))).id;
+  }
+
+  /** Runs `nsenter -t 1 -a -- bash <script path> --yes` in a fresh runner container. */
+  async run(scriptPath: string, onLine: (stream: 'stdout' | 'stderr', line: string) => void): Promise<HostRun> {
+    return this.start(RUNNER_NAME, HostRunner.command(scriptPath), onLine);
   }
 }

@@ -4,10 +4,12 @@
 import { mkdir, readFile, rename, rm, stat, writeFile, copyFile, mkdtemp } from 'node:fs/promises';
 import path from 'node:path';
 import { composeOutput, type ComposeTarget } from './compose-cli.ts';
+import { INSTALLER_ENV_KEYS, INSTALLER_KEYS } from '../state/platform-config.ts';
 
 export const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const SECRET_KEY = /(PASS(WORD)?|SECRET|TOKEN|KEY|PRIVATE|CREDENTIAL|AUTH)/i;
 export const TEMPLATE_FILES = ['docker-compose.yml', '.env.template'] as const;
+
 
 export interface EnvEntry {
   key: string;
@@ -43,19 +45,25 @@ function quote(value: string): string {
   return `"${value.replace(/[\\"$]/g, (c) => `\\${c}`)}"`;
 }
 
-/** Applies changes to .env text, keeping comments, order and untouched lines as they were. */
+/**
+ * Applies changes to .env text, keeping comments, order and untouched lines as they were. A key
+ * that is set is written once, where it first stood: a later line with the same key would
+ * otherwise win in compose and undo the change.
+ */
 export function applyEnvChanges(text: string, set: Record<string, string>, remove: readonly string[]): string {
   const pending = new Map(Object.entries(set));
+  const written = new Set<string>();
   const drop = new Set(remove);
   const lines = text.length ? text.replace(/\n$/, '').split('\n') : [];
   const out: string[] = [];
   for (const line of lines) {
     const m = /^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=/.exec(line);
     const key = m?.[1];
-    if (key && drop.has(key)) continue;
+    if (key && (drop.has(key) || written.has(key))) continue;
     if (key && pending.has(key)) {
       out.push(`${key}=${quote(pending.get(key)!)}`);
       pending.delete(key);
+      written.add(key);
       continue;
     }
     out.push(line);
@@ -76,6 +84,30 @@ export function renderEnv(template: string, existing: string, vmUser: string | n
   for (const [k, v] of kept) if (!templateKeys.has(k)) extra[k] = v;
   if (Object.keys(extra).length) text = applyEnvChanges(text, extra, []);
   return text;
+}
+
+export interface InstallerEnv {
+  env: Record<string, string>;
+  /** Why a key is missing from env (it is then left in the .env as it was); null when none is. */
+  problem: string | null;
+}
+
+/** The installer's keys with their values now: the first accepted service token is the current one. */
+export function installerEnvFor(url: string, serviceTokens: readonly string[]): InstallerEnv {
+  const token = serviceTokens[0];
+  if (!token) {
+    return {
+      env: { [INSTALLER_ENV_KEYS.url]: url },
+      problem: `the service token file holds no valid token, so ${INSTALLER_ENV_KEYS.serviceToken} in the platform .env is left as it was`,
+    };
+  }
+  return { env: { [INSTALLER_ENV_KEYS.url]: url, [INSTALLER_ENV_KEYS.serviceToken]: token }, problem: null };
+}
+
+/** The installer's keys a template defines itself: they are overwritten, and the deploy warns. */
+export function installerKeysIn(template: string): string[] {
+  const keys = new Set(parseEnv(template).map((e) => e.key));
+  return INSTALLER_KEYS.filter((k) => keys.has(k));
 }
 
 async function atomicWrite(file: string, content: string, mode = 0o640): Promise<void> {
@@ -141,9 +173,15 @@ export class PlatformFiles {
 
   /**
    * Fetches the templates into a staging folder, renders .env, validates the pair with
-   * `docker compose config`, and only then installs them. Returns what was installed.
+   * `docker compose config`, and only then installs them. `installerEnv` (the installer's own keys)
+   * is written over whatever the template or the old .env held for them. Returns what was installed.
    */
-  async installTemplates(source: string, vmUser: string | null, log: (line: string) => void): Promise<string[]> {
+  async installTemplates(
+    source: string,
+    vmUser: string | null,
+    log: (line: string) => void,
+    opts: { installerEnv?: Record<string, string>; warn?: (line: string) => void } = {},
+  ): Promise<string[]> {
     await mkdir(this.dir, { recursive: true });
     const staging = await mkdtemp(path.join(this.dir, '.staging-'));
     try {
@@ -165,7 +203,13 @@ export class PlatformFiles {
       }
       const template = await readFile(path.join(staging, '.env.template'), 'utf8');
       if (template.includes('<USER>') && vmUser === null) log('warning: the templates use <USER> but no VM user is set; left as is');
-      await writeFile(path.join(staging, '.env'), renderEnv(template, await this.readEnvText(), vmUser), { mode: 0o640 });
+      const installerEnv = opts.installerEnv ?? {};
+      const clash = installerKeysIn(template).filter((k) => k in installerEnv);
+      if (clash.length) {
+        (opts.warn ?? log)(`the templates' .env.template defines ${clash.join(', ')}, which the installer writes itself: the template's value is replaced`);
+      }
+      const env = applyEnvChanges(renderEnv(template, await this.readEnvText(), vmUser), installerEnv, []);
+      await writeFile(path.join(staging, '.env'), env, { mode: 0o640 });
       const check = await composeOutput({ ...this.target(), files: [path.join(staging, 'docker-compose.yml')], cwd: staging }, ['config', '--quiet']);
       if (check.code !== 0) throw new Error(`the downloaded compose file is invalid: ${check.stderr.trim().split('\n').pop() ?? ''}`);
       await rename(path.join(staging, 'docker-compose.yml'), this.composeFile);

@@ -1,13 +1,16 @@
 // What a self-update needs from outside the process: registry digests through the engine's
 // distribution endpoint, pulling by digest and tagging, the installer's own compose file on the
 // host (read through the engine: the work dir is not mounted into the backend), the published
-// compose file (http(s) or file:// URL), the staged file, and the helper container.
+// compose file (PUBLISHED_COMPOSE_URL, else the one the channel's newest image ships), the staged
+// file, and the helper container.
 import type Docker from 'dockerode';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import tar from 'tar-stream';
 import type { RuntimePort, SelfUpdatePort } from '../api/ports.ts';
 
 export const HELPER_NAME = 'installer-self-updater';
@@ -17,6 +20,25 @@ export const BACKEND_SERVICE = 'backend';
 const MAX_COMPOSE_BYTES = 1024 * 1024;
 /** How long resolving a registry digest through the engine may take (docs/adr/0012-dependency-faults.md). */
 export const REGISTRY_TIMEOUT_MS = 10_000;
+/** Where an installer image ships the compose files it publishes (scripts/build-image.sh). */
+export const IMAGE_COMPOSE_DIR = '/usr/src/app/deploy';
+/** A failed background pull of the channel's newest image is not tried again for this long. */
+export const PREFETCH_RETRY_MS = 10 * 60_000;
+/** Compose files read out of images, kept per image id (content-addressed, so never stale). */
+const IMAGE_FILE_CACHE_SIZE = 8;
+
+/** The compose file a build publishes for a channel: `docker-compose.yml` for prod, `docker-compose.<channel>.yml` otherwise. */
+export const composeFileOfChannel = (channel: string) => (channel === 'prod' ? 'docker-compose.yml' : `docker-compose.${channel}.yml`);
+/** Where the channel's compose file sits inside an installer image. */
+export const imageComposePath = (channel: string) => path.posix.join(IMAGE_COMPOSE_DIR, composeFileOfChannel(channel));
+/** The local tag a background pull of the channel's newest image gets, so that the dangling-image prune keeps it. */
+export const prefetchTag = (channel: string) => `${channel}-prefetched`;
+
+/** `code` of the error thrown when the registry answers that a repository or tag does not exist. */
+export const REGISTRY_NOT_FOUND = 'registry-not-found';
+/** `code` of the error thrown while the channel's newest image is still being pulled in the background. */
+export const COMPOSE_PENDING = 'compose-pending';
+const coded = (message: string, code: string) => Object.assign(new Error(message), { code });
 
 export interface SelfUpdateSettings {
   /** `<registry>/<image name>`, e.g. `registry.example.com/installer`. */
@@ -27,6 +49,7 @@ export interface SelfUpdateSettings {
   stagingRoot: string;
   rollbackTag: string;
   dockerSocket: string;
+  /** Where the channel's published compose file is fetched; unset: the file the target image ships. */
   publishedComposeUrl?: string | undefined;
   /** Test-only override of the helper's 300 s wait (SELF_UPDATE_WAIT_TIMEOUT in the helper). */
   waitTimeoutSeconds?: number | undefined;
@@ -93,18 +116,23 @@ export function demultiplex(buf: Buffer): string {
 }
 
 /** The content of the first regular file in a tar archive (what the engine's archive endpoint returns). */
-export function firstFileOfTar(buf: Buffer): Buffer {
-  let off = 0;
-  while (off + 512 <= buf.length) {
-    const header = buf.subarray(off, off + 512);
-    if (header.every((b) => b === 0)) break;
-    const size = Number.parseInt(header.subarray(124, 136).toString('ascii').replace(/\0/g, '').trim() || '0', 8);
-    const type = String.fromCharCode(header[156]!);
-    const start = off + 512;
-    if (type === '0' || type === '\0') return buf.subarray(start, start + size);
-    off = start + Math.ceil(size / 512) * 512; // pax or long-name headers, directories: skip
-  }
-  throw new Error('the archive holds no regular file');
+export async function firstFileOfTar(archive: Buffer | Readable): Promise<Buffer> {
+  const extract = tar.extract();
+  let found: Buffer | null = null;
+  extract.on('entry', (header, stream, next) => {
+    if (found === null && (header.type === 'file' || header.type === 'contiguous-file')) {
+      collect(stream).then((b) => {
+        found = b;
+        next();
+      }, next);
+    } else {
+      stream.on('end', () => next()).resume(); // directories, links, pax headers: drained, skipped
+    }
+  });
+  const source = Buffer.isBuffer(archive) ? Readable.from([archive]) : archive;
+  await pipeline(source, extract);
+  if (found === null) throw new Error('the archive holds no regular file');
+  return found;
 }
 
 const engineMessage = (err: unknown): string => {
@@ -113,6 +141,10 @@ const engineMessage = (err: unknown): string => {
 };
 
 const statusOf = (err: unknown) => (err as { statusCode?: number }).statusCode;
+
+/** The registry's "no such repository or tag", as the engine passes it on (404, or 401 "repository does not exist"). */
+const isNotFound = (err: unknown): boolean =>
+  statusOf(err) === 404 || /manifest unknown|name unknown|repository does not exist|not found: manifest/i.test(engineMessage(err));
 
 /**
  * The engine quotes what a broken registry sent ("malformed HTTP response \"<bytes>\""): the bytes
@@ -151,13 +183,20 @@ export async function fetchComposeFile(url: string, timeoutMs = 60_000): Promise
   } else {
     throw new Error(`PUBLISHED_COMPOSE_URL must be an http(s) or file:// URL, not ${u.protocol}`);
   }
-  if (Buffer.byteLength(text) > MAX_COMPOSE_BYTES) throw new Error(`the published compose file ${url} is larger than 1 MB`);
-  if (!/^services:\s*$/m.test(text)) throw new Error(`the published compose file ${url} has no top-level "services:": not a compose file`);
+  return checkComposeText(text, `the published compose file ${url}`);
+}
+
+/** The published file must look like a compose file: at most 1 MB, a top-level `services:`. */
+export function checkComposeText(text: string, what: string): string {
+  if (Buffer.byteLength(text) > MAX_COMPOSE_BYTES) throw new Error(`${what} is larger than 1 MB`);
+  if (!/^services:\s*$/m.test(text)) throw new Error(`${what} has no top-level "services:": not a compose file`);
   return text;
 }
 
 /** Everything the self-update controller does outside the database, as the real engine does it. */
 export interface SelfUpdateEngine extends SelfUpdatePort {
+  /** The compose file to install for a channel: PUBLISHED_COMPOSE_URL when set, else the one the image ships. */
+  publishedComposeOf(channel: string, imageId: string): Promise<string>;
   /** The compose project and service labels of the backend's own container; null outside a container. */
   ownCompose(): Promise<{ project: string | null; service: string | null } | null>;
   /** Pulls `<repository>@<digest>` and returns the local image id. */
@@ -186,7 +225,43 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
     private readonly runtime: RuntimePort,
   ) {}
 
-  async remoteDigest(reference: string): Promise<string> {
+  /** Files read out of images, by image id and path; the oldest goes first once the cache is full. */
+  private readonly imageFiles = new Map<string, string>();
+  /** The one background pull of a channel's newest image, if any, and pulls that failed recently. */
+  private prefetching: { digest: string; done: Promise<void> } | null = null;
+  private readonly prefetchFailed = new Map<string, { at: number; reason: string }>();
+
+  async remoteDigest(reference: string, knownDigest?: string | null): Promise<string> {
+    try {
+      return await this.distribution(reference);
+    } catch (err) {
+      if (!isNotFound(err)) throw new Error(`cannot resolve ${reference} in the registry: ${registryMessage(engineMessage(err))}`);
+      throw coded(await this.whatIsMissing(reference, knownDigest ?? null, engineMessage(err)), REGISTRY_NOT_FOUND);
+    }
+  }
+
+  /**
+   * The registry said "not found": a registry (distribution 2.x) answers so for a missing tag and a
+   * missing repository alike. The digest this install runs tells them apart: a repository that
+   * holds it exists, so the tag is what is missing.
+   */
+  private async whatIsMissing(reference: string, knownDigest: string | null, said: string): Promise<string> {
+    const colon = reference.lastIndexOf(':');
+    const repo = colon > reference.lastIndexOf('/') ? reference.slice(0, colon) : reference;
+    const tag = colon > reference.lastIndexOf('/') ? reference.slice(colon + 1) : 'latest';
+    const answer = registryMessage(said);
+    if (!knownDigest) return `${reference} does not exist in the registry: no such repository or tag (${answer})`;
+    try {
+      await this.distribution(`${repo}@${knownDigest}`);
+      return `tag ${tag} does not exist in repository ${repo} (the repository exists and holds the running image; the registry says: ${answer})`;
+    } catch (err) {
+      if (isNotFound(err)) return `repository ${repo} does not exist in the registry (it has neither the tag ${tag} nor the running image; the registry says: ${answer})`;
+      return `${reference} does not exist in the registry: no such repository or tag (${answer})`;
+    }
+  }
+
+  /** The engine's distribution endpoint, bounded by REGISTRY_TIMEOUT_MS; throws the engine's error. */
+  private async distribution(reference: string): Promise<string> {
     // The engine's own registry timeouts are minutes long; the check and preflight must answer
     // sooner (docs/adr/0012-dependency-faults.md). Image.distribution() of this dockerode does
     // not pass an abort signal on, so the endpoint is dialled directly.
@@ -216,8 +291,6 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
       const digest = d?.Descriptor?.digest;
       if (!digest || !/^sha256:[0-9a-f]{64}$/.test(digest)) throw new Error('the engine answered no digest');
       return digest;
-    } catch (err) {
-      throw new Error(`cannot resolve ${reference} in the registry: ${registryMessage(engineMessage(err))}`);
     } finally {
       clearTimeout(timer);
       abort.abort();
@@ -230,18 +303,28 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
     if (!v.inContainer || !v.imageId) return readFile(file, 'utf8');
     // The work dir is not mounted into the backend: a created (never started) container of our own
     // image with the work dir mounted read-only lets the engine hand the file over as an archive.
-    const reader = await this.docker.createContainer({
-      name: `installer-compose-reader-${randomBytes(4).toString('hex')}`,
-      Image: v.imageId,
-      Cmd: ['true'],
-      NetworkDisabled: true,
-      Healthcheck: { Test: ['NONE'] },
-      Labels: { 'io.installer.role': 'compose-reader' },
-      HostConfig: { Binds: [`${this.s.workDir}:${this.s.workDir}:ro`], AutoRemove: false },
-    });
+    return this.readThroughContainer(v.imageId, file, [`${this.s.workDir}:${this.s.workDir}:ro`]);
+  }
+
+  /** One file through a created, never started container of `image` (with `binds`), removed afterwards. */
+  private async readThroughContainer(image: string, file: string, binds: string[]): Promise<string> {
+    let reader: Docker.Container;
+    try {
+      reader = await this.docker.createContainer({
+        name: `installer-compose-reader-${randomBytes(4).toString('hex')}`,
+        Image: image,
+        Cmd: ['true'],
+        NetworkDisabled: true,
+        Healthcheck: { Test: ['NONE'] },
+        Labels: { 'io.installer.role': 'compose-reader' },
+        HostConfig: { Binds: binds, AutoRemove: false },
+      });
+    } catch (err) {
+      throw new Error(`cannot read ${file}: ${engineMessage(err)}`);
+    }
     try {
       const stream = (await reader.getArchive({ path: file })) as unknown as Readable;
-      return firstFileOfTar(await collect(stream)).toString('utf8');
+      return (await firstFileOfTar(stream)).toString('utf8');
     } catch (err) {
       throw new Error(`cannot read ${file}: ${engineMessage(err)}`);
     } finally {
@@ -249,9 +332,71 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
     }
   }
 
-  async publishedComposeFile(): Promise<string> {
-    if (!this.s.publishedComposeUrl) throw new Error('PUBLISHED_COMPOSE_URL is not set: there is no published compose file to compare with or install');
-    return fetchComposeFile(this.s.publishedComposeUrl);
+  /** The channel's compose file as an image ships it, read once per image id. */
+  async composeFileOfImage(imageId: string, channel: string): Promise<string> {
+    const file = imageComposePath(channel);
+    const key = `${imageId} ${file}`;
+    const cached = this.imageFiles.get(key);
+    if (cached !== undefined) return cached;
+    let text: string;
+    try {
+      text = checkComposeText(await this.readThroughContainer(imageId, file, []), `the compose file ${file} of image ${imageId}`);
+    } catch (err) {
+      throw new Error(`the image ${imageId} ships no compose file for channel ${channel}: ${(err as Error).message}`);
+    }
+    this.imageFiles.set(key, text);
+    while (this.imageFiles.size > IMAGE_FILE_CACHE_SIZE) this.imageFiles.delete(this.imageFiles.keys().next().value!);
+    return text;
+  }
+
+  async publishedComposeOf(channel: string, imageId: string): Promise<string> {
+    if (this.s.publishedComposeUrl) return fetchComposeFile(this.s.publishedComposeUrl);
+    return this.composeFileOfImage(imageId, channel);
+  }
+
+  async publishedComposeFile(channel: string | null, newestDigest: string | null): Promise<string> {
+    if (this.s.publishedComposeUrl) return fetchComposeFile(this.s.publishedComposeUrl);
+    if (!channel) throw new Error('the channel is unknown, so is the compose file it publishes');
+    if (!newestDigest) throw new Error(`the newest build of channel ${channel} is unknown, so is the compose file it ships`);
+    const imageId = await this.imageIdOf(`${this.s.repository}@${newestDigest}`);
+    if (imageId) return this.composeFileOfImage(imageId, channel);
+    throw coded(this.prefetch(channel, newestDigest), COMPOSE_PENDING);
+  }
+
+  /**
+   * Pulls the channel's newest image in the background (one pull at a time; a failed digest is
+   * not tried again for PREFETCH_RETRY_MS) and says where that stands. The pull is tagged
+   * `<channel>-prefetched`, so that the dangling-image prune keeps it until the update needs it.
+   */
+  private prefetch(channel: string, digest: string): string {
+    const what = `the newest build of channel ${channel} (${digest}) is not local yet`;
+    if (this.prefetching) {
+      return this.prefetching.digest === digest
+        ? `${what}: it is being pulled to read the compose file it ships`
+        : `${what}: another pull is running (${this.prefetching.digest}); a check after it has ended starts this one`;
+    }
+    const failed = this.prefetchFailed.get(digest);
+    if (failed && Date.now() - failed.at < PREFETCH_RETRY_MS) {
+      return `${what}: pulling it failed (${failed.reason}); it is tried again ${Math.ceil((failed.at + PREFETCH_RETRY_MS - Date.now()) / 60_000)} min after that failure`;
+    }
+    const done = (async () => {
+      try {
+        const imageId = await this.pullByDigest(this.s.repository, digest);
+        await this.tag(imageId, this.s.repository, prefetchTag(channel));
+        this.prefetchFailed.delete(digest);
+      } catch (err) {
+        this.prefetchFailed.set(digest, { at: Date.now(), reason: (err as Error).message });
+      } finally {
+        this.prefetching = null;
+      }
+    })();
+    this.prefetching = { digest, done };
+    return `${what}: it is being pulled to read the compose file it ships`;
+  }
+
+  /** Resolves once a background pull has ended (tests, shutdown); immediately when none runs. */
+  async prefetchSettled(): Promise<void> {
+    await this.prefetching?.done;
   }
 
   async ownCompose(): Promise<{ project: string | null; service: string | null } | null> {

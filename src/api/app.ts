@@ -9,10 +9,12 @@ import { serializerCompiler, validatorCompiler, jsonSchemaTransform } from 'fast
 import type { Logger } from 'pino';
 import type { Settings } from '../config.ts';
 import type { Database } from '../db/database.ts';
-import type { ContainerLogsPort, DiagnosticsPort, JobsPort, MachinesPort, PlatformPort, RuntimePort } from './ports.ts';
+import type { ContainerLogsPort, DiagnosticsPort, JobsPort, MachinesPort, PlatformPort, RuntimePort, TlsView } from './ports.ts';
 import type { JobEventLog } from '../state/job-events.ts';
 import type { Sealer } from '../state/platform-config.ts';
 import { authPlugin } from './auth.ts';
+import { UserDirectory } from '../auth/user-directory.ts';
+import { USERS_CHANNEL, userViews } from '../state/users.ts';
 import { errorBody, installErrorHandling } from './errors.ts';
 import { healthRoutes } from './routes/health.ts';
 import { versionRoutes } from './routes/version.ts';
@@ -26,6 +28,7 @@ import { machineRoutes } from './routes/machines.ts';
 import { uiRoutes } from './ui.ts';
 import { systemRoutes } from './routes/system.ts';
 import { observabilityRoutes } from './routes/observability.ts';
+import { tlsRoutes } from './routes/tls.ts';
 import { InstallerMetrics, metricsPlugin } from './metrics.ts';
 import type { SelfUpdatePort } from './ports.ts';
 
@@ -51,6 +54,18 @@ export interface AppDeps {
   selfUpdate?: SelfUpdatePort;
   /** Engine facts, recent log lines and the secret scrubber for the diagnostics bundle; without it that route answers 503. */
   diagnostics?: DiagnosticsPort;
+  /** Users' standing for the token check; default: one of this app's own on the database. */
+  users?: UserDirectory;
+  /** The HTTPS listener's certificate; null or absent: the installer serves plain HTTP only. */
+  tls?: TlsView | null;
+}
+
+/** The users' standing read from the installer's database, with changes arriving by NOTIFY. */
+export function userDirectory(database: Database): UserDirectory {
+  return new UserDirectory({
+    load: (username) => userViews(database.db, username),
+    listen: (onChange) => database.listen(USERS_CHANNEL, onChange),
+  });
 }
 
 export interface RouteEntry {
@@ -64,6 +79,7 @@ declare module 'fastify' {
   interface FastifyInstance {
     deps: AppDeps;
     routeTable: RouteEntry[];
+    users: UserDirectory;
   }
 }
 
@@ -101,8 +117,21 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     return503OnClosing: true,
     logController: new OneLinePerRequest(),
     childLoggerFactory: lazyRequestLogger,
+    // The router's own refusals in the project's error shape. A path segment over the router's
+    // limit (100 characters) can name no route: 404 like any unknown path, not Fastify's bare 414.
+    frameworkErrors: (err, req, rawReply) => {
+      const reply = rawReply as FastifyReply;
+      const p = (req.url.split('?')[0] ?? '').slice(0, 200);
+      if (err.code === 'FST_ERR_MAX_PARAM_LENGTH') {
+        void reply.status(404).send(errorBody(404, `Route ${req.method} ${p} not found: a path segment is over 100 characters`, 'not_found'));
+      } else {
+        void reply.status(400).send(errorBody(400, `the path ${p} is not valid: ${err.message.includes('not a valid url component') ? 'bad percent-encoding' : err.code}`, 'bad_request'));
+      }
+    },
   });
   app.decorate('deps', deps);
+  const users = deps.users ?? userDirectory(deps.database);
+  app.decorate('users', users);
   // Every route with the role it needs: the access-matrix test is generated from this table.
   const routeTable: RouteEntry[] = [];
   app.decorate('routeTable', routeTable);
@@ -128,6 +157,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     serviceTokens: deps.serviceTokens,
     serviceActorName: deps.settings.SERVICE_ACTOR_NAME,
     tokenTtlSeconds: deps.settings.TOKEN_TTL_SECONDS,
+    users,
   });
   await app.register(fastifySwagger, {
     openapi: {
@@ -152,6 +182,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await api.register(machineRoutes);
     await api.register(systemRoutes);
     await api.register(observabilityRoutes(metrics));
+    await api.register(tlsRoutes);
   });
   // The operator UI, outside the /api context: its catch-all never answers for /api paths.
   await app.register(uiRoutes, deps.uiDir ? { root: deps.uiDir } : {});

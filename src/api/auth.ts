@@ -1,6 +1,9 @@
 // Authentication and roles for every /api route. A route declares `config.access`: 'public' or the
 // least role it needs (viewer < operator < admin); API routes default to 'viewer' (any signed-in
-// caller). A bearer token is either a JWT issued by /api/auth/login or the service token.
+// caller). A bearer token is either a JWT issued by /api/auth/login or the service token. A JWT
+// works while its `gen` is the user's current token generation and the user is enabled
+// (docs/adr/0016-user-management.md); a user who must choose a password reaches only the routes
+// marked `config.passwordChange`.
 import fp from 'fastify-plugin';
 import fastifyJwt from '@fastify/jwt';
 import { hash, timingSafeEqual } from 'node:crypto';
@@ -8,13 +11,16 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Role } from '../db/schema.ts';
 import { actorOf, hasRole, type Actor, type Principal } from '../auth/actor.ts';
 import { VerifiedTokens } from '../auth/verified-tokens.ts';
-import { forbidden, unauthenticated, badRequest } from '../errors.ts';
+import type { UserDirectory, UserStanding } from '../auth/user-directory.ts';
+import { AppError, forbidden, unauthenticated, badRequest } from '../errors.ts';
 
 export type Access = 'public' | Role;
 
 declare module 'fastify' {
   interface FastifyContextConfig {
     access?: Access;
+    /** Reachable by a user who must choose a new password first (who am I, change my password). */
+    passwordChange?: boolean;
   }
   interface FastifyRequest {
     principal: Principal | null;
@@ -25,8 +31,8 @@ declare module 'fastify' {
 
 declare module '@fastify/jwt' {
   interface FastifyJWT {
-    payload: { sub: string; role: Role };
-    user: { sub: string; role: Role; iat: number; exp: number };
+    payload: { sub: string; role: Role; gen: number };
+    user: { sub: string; role: Role; gen: number; iat: number; exp: number };
   }
 }
 
@@ -36,6 +42,8 @@ export interface AuthOptions {
   serviceTokens: () => readonly string[];
   serviceActorName: string;
   tokenTtlSeconds: number;
+  /** Users' token generations and status, checked on every request with a JWT. */
+  users: UserDirectory;
 }
 
 const sha256 = (s: string) => hash('sha256', s, 'buffer');
@@ -55,6 +63,13 @@ function acceptedOf(tokens: readonly string[]): Accepted {
 }
 
 const ROLES: readonly Role[] = ['viewer', 'operator', 'admin'];
+
+interface Claims {
+  sub?: unknown;
+  role?: unknown;
+  gen?: unknown;
+  exp?: unknown;
+}
 /** Verified tokens kept: one per signed-in client is what is needed. */
 const JWT_CACHE_SIZE = 1000;
 
@@ -94,7 +109,10 @@ export const authPlugin = fp(
     // Verified tokens are kept here, keyed by the token itself, until they expire. (fast-jwt's own
     // cache keys by a digest of the token, which costs as much as the rest of the authentication;
     // given a key of the token itself, it warns about key collisions on every start.)
-    const verified = new VerifiedTokens<{ sub?: unknown; role?: unknown; exp?: unknown }>(JWT_CACHE_SIZE);
+    const verified = new VerifiedTokens<Claims>(JWT_CACHE_SIZE);
+    const users = opts.users;
+    app.addHook('onReady', async () => users.start());
+    app.addHook('onClose', async () => users.stop());
 
     app.decorateRequest('principal', null);
     app.decorateRequest('actor', function (this: FastifyRequest): Actor {
@@ -102,7 +120,16 @@ export const authPlugin = fp(
       return actorOf(this.principal, opts.serviceActorName);
     });
 
-    function authenticate(req: FastifyRequest): Principal {
+    /** The signed-in user as the directory knows them now; a changed, disabled or removed one is refused. */
+    function admit(claims: Claims & { sub: string }, standing: UserStanding | null): Principal {
+      if (!standing || standing.disabled || claims.gen !== standing.tokenGeneration) {
+        throw unauthenticated('this token no longer works (the user was changed, disabled or removed): sign in again');
+      }
+      return { kind: 'user', username: claims.sub, role: standing.role, mustChangePassword: standing.mustChangePassword };
+    }
+
+    /** The caller; a promise only when the token's user must first be read from the database. */
+    function authenticate(req: FastifyRequest): Principal | Promise<Principal> {
       const token = bearer(req);
       // Compare with every accepted token, so the time taken does not tell which one matched. A
       // JWT has dots; when no accepted token has one, it cannot be one of them, and skipping the
@@ -126,7 +153,7 @@ export const authPlugin = fp(
         try {
           // The plugin's global verifier (HS256 with this secret), called directly: the token is
           // already taken from the header.
-          claims = app.jwt.verify<{ sub?: unknown; role?: unknown; exp?: unknown }>(token);
+          claims = app.jwt.verify<Claims>(token);
         } catch (err) {
           const code = (err as { code?: string }).code ?? '';
           if (code === 'FAST_JWT_EXPIRED') throw unauthenticated('token expired: sign in again');
@@ -136,7 +163,19 @@ export const authPlugin = fp(
         verified.set(token, claims);
       }
       if (typeof claims.sub !== 'string' || !ROLES.includes(claims.role as Role)) throw unauthenticated('token lacks a subject or role');
-      return { kind: 'user', username: claims.sub, role: claims.role as Role };
+      const subject = claims as Claims & { sub: string };
+      const standing = users.peek(subject.sub);
+      if (standing !== undefined) return admit(subject, standing);
+      return users.fetch(subject.sub).then((s) => admit(subject, s));
+    }
+
+    function check(req: FastifyRequest, access: Access, principal: Principal): Error | undefined {
+      req.principal = principal;
+      if (principal.kind === 'user' && principal.mustChangePassword && !req.routeOptions.config?.passwordChange) {
+        return new AppError('password_change_required', 'choose a new password first (PUT /api/auth/password)');
+      }
+      if (!hasRole(principal, access as Role)) return forbidden(`this needs the ${access} role`);
+      return undefined;
     }
 
     // A callback hook: authentication is synchronous, and a promise per request would cost a
@@ -146,8 +185,15 @@ export const authPlugin = fp(
       try {
         const access = accessOf(req);
         if (access !== 'public') {
-          req.principal = authenticate(req);
-          if (!hasRole(req.principal, access)) failure = forbidden(`this needs the ${access} role`);
+          const principal = authenticate(req);
+          if (principal instanceof Promise) {
+            principal.then(
+              (p) => done(check(req, access, p)),
+              (err: unknown) => done(err as Error),
+            );
+            return;
+          }
+          failure = check(req, access, principal);
         }
       } catch (err) {
         failure = err as Error;

@@ -47,7 +47,7 @@ export class InstallerMetrics {
   });
   private readonly selfUpdates = new Gauge({
     name: 'installer_self_updates',
-    help: 'Self-update requests by the phase they are in or ended in (completed, rolled-back, neither, aborted, newest, unresolved, or in flight)',
+    help: 'Self-update requests by the phase they are in or ended in (completed, rolled-back, neither, undecided, aborted, newest, unresolved, or in flight)',
     labelNames: ['phase'] as const,
     registers: [this.registry],
   });

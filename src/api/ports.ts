@@ -14,6 +14,17 @@ export interface VersionInfo {
   note?: string;
 }
 
+/** The HTTPS listener's certificate as GET /api/tls reports it (docs/adr/0020-https-listeners.md). */
+export interface TlsView {
+  source: 'operator' | 'generated';
+  /** SHA-256 of the certificate, upper-case hex pairs joined by `:`, as browsers show it. */
+  fingerprint256: string;
+  /** Base64 SHA-256 of its public key (SPKI), for pinning clients. */
+  spkiSha256: string;
+  subject: string;
+  notAfter: string;
+}
+
 export interface RuntimePort {
   version(): Promise<VersionInfo>;
 }
@@ -106,12 +117,20 @@ export interface ContainerLogsPort {
 
 /** What the self-update endpoints need from outside the database (docs/adr/0010-self-update.md). */
 export interface SelfUpdatePort {
-  /** Registry digest of a reference, resolved by the engine (GET /distribution/{name}/json); throws when unreachable. */
-  remoteDigest(reference: string): Promise<string>;
+  /**
+   * Registry digest of a reference, resolved by the engine (GET /distribution/{name}/json); throws
+   * when it cannot. A missing repository or tag throws with `code` `registry-not-found` and says
+   * which (`knownDigest`, the running image's, tells the two apart); anything else is unreachable.
+   */
+  remoteDigest(reference: string, knownDigest?: string | null): Promise<string>;
   /** The installer's own compose file on the host; throws when it cannot be read. */
   localComposeFile(): Promise<string>;
-  /** The published compose file of the channel (PUBLISHED_COMPOSE_URL); throws when it cannot be fetched. */
-  publishedComposeFile(): Promise<string>;
+  /**
+   * The channel's published compose file: PUBLISHED_COMPOSE_URL when set, else the one the
+   * channel's newest image (`newestDigest`) ships, once that image is local. Until then it throws
+   * with `code` `compose-pending` and pulls the image in the background.
+   */
+  publishedComposeFile(channel: string | null, newestDigest: string | null): Promise<string>;
 }
 
 /**

@@ -3,7 +3,7 @@
 import type { Role } from '../db/schema.ts';
 
 export type Principal =
-  | { kind: 'user'; username: string; role: Role }
+  | { kind: 'user'; username: string; role: Role; mustChangePassword?: boolean }
   | { kind: 'service'; role: Role; forwardedUserId: string | null; forwardedEmail: string | null };
 
 export interface Actor {

@@ -1,8 +1,15 @@
-// Adds a local user or resets a password:  npm run user -- add <username> <role>
+// Adds a local user, resets a password, or lists users:  npm run user -- add <username> <role>
 // The password is read from standard input (one line), so it never lands in shell history.
+// On Postgres the CLI changes the database itself (running installers hear of it by NOTIFY). On
+// the embedded database, which one process at a time can open, a running installer does the
+// change on the CLI's behalf through its local socket (docs/adr/0016-user-management.md).
+import { userInfo } from 'node:os';
+import { existsSync } from 'node:fs';
 import { boot, settingsOrExit } from '../boot.ts';
-import { createUser, findUser, setPassword, USERNAME_RULE, listUsers } from '../state/users.ts';
-import { ROLES, type Role } from '../db/schema.ts';
+import { DatabaseLockedError } from '../db/database.ts';
+import { askLocalSocket, localSocketPath } from '../adapters/local-socket.ts';
+import { runUserCommand, userCommandProblem, type UserCommand, type UserCommandResult } from '../state/user-commands.ts';
+import { PASSWORD_MIN } from '../state/users.ts';
 
 const usage = `usage: user add <username> <viewer|operator|admin>   (password on stdin)
        user passwd <username> [role]                  (password on stdin)
@@ -11,42 +18,71 @@ const usage = `usage: user add <username> <viewer|operator|admin>   (password on
 async function readPassword(): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const c of process.stdin) chunks.push(c as Buffer);
-  const pw = Buffer.concat(chunks).toString('utf8').split(/\r?\n/)[0] ?? '';
-  if (pw.length < 8) throw new Error('the password on standard input must be at least 8 characters');
-  return pw;
+  return Buffer.concat(chunks).toString('utf8').split(/\r?\n/)[0] ?? '';
+}
+
+function actor(): string {
+  try {
+    return `cli:${userInfo().username}`;
+  } catch {
+    return `cli:uid-${process.getuid?.() ?? 'unknown'}`;
+  }
 }
 
 const [cmd, username, roleArg] = process.argv.slice(2);
 const settings = settingsOrExit();
-if (!cmd || !['add', 'passwd', 'list'].includes(cmd) || (cmd !== 'list' && !username)) {
+if (!cmd || !['add', 'passwd', 'list'].includes(cmd) || (cmd !== 'list' && !username) || (cmd === 'add' && !roleArg)) {
   process.stderr.write(`${usage}\n`);
   process.exit(2);
 }
-if (username && !USERNAME_RULE.test(username)) {
-  process.stderr.write(`user name must match ${USERNAME_RULE}\n`);
+const problem = userCommandProblem({ ...(username !== undefined ? { username } : {}), ...(roleArg !== undefined ? { role: roleArg } : {}) });
+if (problem) {
+  process.stderr.write(`${problem}\n`);
   process.exit(2);
 }
-if (roleArg && !ROLES.includes(roleArg as Role)) {
-  process.stderr.write(`role must be one of ${ROLES.join(', ')}\n`);
-  process.exit(2);
+let command: UserCommand;
+if (cmd === 'list') command = { op: 'list' };
+else {
+  const password = await readPassword();
+  if (password.length < PASSWORD_MIN) {
+    process.stderr.write(`the password on standard input must be at least ${PASSWORD_MIN} characters\n`);
+    process.exit(1);
+  }
+  command = cmd === 'add'
+    ? { op: 'add', username: username!, role: roleArg!, password, actor: actor() }
+    : { op: 'passwd', username: username!, ...(roleArg ? { role: roleArg } : {}), password, actor: actor() };
 }
-const b = await boot(settings, { migrate: true });
+
+function finish(result: UserCommandResult): void {
+  (result.ok ? process.stdout : process.stderr).write(result.output);
+  process.exitCode = result.exitCode;
+}
+
 try {
-  if (cmd === 'list') {
-    for (const u of await listUsers(b.database.db)) process.stdout.write(`${u.username}\t${u.role}\n`);
-  } else if (cmd === 'add') {
-    if (!roleArg) throw new Error('add needs a role');
-    if (await findUser(b.database.db, username!)) throw new Error(`user ${username} exists; use passwd`);
-    await createUser(b.database.db, { username: username!, password: await readPassword(), role: roleArg as Role });
-    process.stdout.write(`added ${username} (${roleArg})\n`);
-  } else {
-    const ok = await setPassword(b.database.db, username!, await readPassword(), roleArg as Role | undefined);
-    if (!ok) throw new Error(`no user ${username}`);
-    process.stdout.write(`updated ${username}\n`);
+  const b = await boot(settings, { migrate: true });
+  try {
+    const result = await runUserCommand(b.database.db, command);
+    if (result.changed) b.logger.info({ actor: command.op === 'list' ? undefined : command.actor, ...result.changed }, 'user changed');
+    finish(result);
+  } finally {
+    await b.database.close();
   }
 } catch (err) {
-  process.stderr.write(`${(err as Error).message}\n`);
-  process.exitCode = 1;
-} finally {
-  await b.database.close();
+  const socket = localSocketPath(settings.DATA_DIR);
+  if (!(err instanceof DatabaseLockedError)) {
+    process.stderr.write(`${(err as Error).message}\n`);
+    process.exitCode = 1;
+  } else if (!existsSync(socket)) {
+    // The installer opens its socket once it has started: a moment after it took the database.
+    process.stderr.write(`${(err as Error).message}\n(no ${socket} yet: if the installer is starting, try again in a moment)\n`);
+    process.exitCode = 1;
+  } else {
+    // The running installer holds the embedded database: it makes the change.
+    try {
+      finish((await askLocalSocket(socket, command)) as UserCommandResult);
+    } catch (e) {
+      process.stderr.write(`the installer holds the embedded database, and its socket ${socket} did not answer: ${(e as Error).message}\n`);
+      process.exitCode = 1;
+    }
+  }
 }

@@ -14,6 +14,12 @@ export interface UsersTable {
   role: Role;
   created_at: Timestamp;
   updated_at: Timestamp;
+  /** Set while the user is disabled: sign-in and its tokens are refused. */
+  disabled_at: Date | null;
+  /** The user must choose a new password before doing anything else (set by an admin, or generated). */
+  must_change_password: Generated<boolean>;
+  /** Named by every sign-in token as `gen`; bumped when the password, role or status changes. */
+  token_generation: Generated<number>;
 }
 
 export const ACTION_KINDS = [
@@ -105,7 +111,7 @@ export interface InstallerSettingsTable {
 }
 
 export const SELF_UPDATE_PHASES = [
-  'requested', 'preflight', 'newest', 'unresolved', 'aborted', 'helper-running', 'completed', 'rolled-back', 'neither',
+  'requested', 'preflight', 'newest', 'unresolved', 'aborted', 'helper-running', 'completed', 'rolled-back', 'neither', 'undecided',
 ] as const;
 export type SelfUpdatePhase = (typeof SELF_UPDATE_PHASES)[number];
 

@@ -13,7 +13,9 @@ export const SELF_UPDATE_CHANNEL = 'self_update_requests';
 /** Phases during which an update is in flight: a second request is refused. */
 export const IN_FLIGHT: readonly SelfUpdatePhase[] = ['requested', 'preflight', 'helper-running'];
 /** Phases that end preflight: the API answers once one of these is reached. */
-export const PREFLIGHT_ENDED: readonly SelfUpdatePhase[] = ['newest', 'unresolved', 'aborted', 'helper-running', 'completed', 'rolled-back', 'neither'];
+export const PREFLIGHT_ENDED: readonly SelfUpdatePhase[] = ['newest', 'unresolved', 'aborted', 'helper-running', 'completed', 'rolled-back', 'neither', 'undecided'];
+/** Phases of an update that ran its helper: in flight, or the outcome the boot reconciliation recorded. */
+export const SPAWNED: readonly SelfUpdatePhase[] = ['helper-running', 'completed', 'rolled-back', 'neither', 'undecided'];
 
 export class SelfUpdateConflict extends Error {
   constructor(
@@ -244,11 +246,31 @@ export async function pendingReconciliation(db: Conn): Promise<SelfUpdateView | 
 }
 
 export interface LastUpdate {
-  /** `started` while in flight, then `completed`, `rolled-back` or `neither`; null if never updated. */
+  /** `started` while in flight, then `completed`, `rolled-back`, `neither` or `undecided`; null if never updated. */
   status: string | null;
   detail: string | null;
   at: string | null;
   targetDigest: string | null;
+}
+
+/**
+ * What the check says when the channel still offers the build the last update tried and did not keep
+ * (rolled back, restarted on another build, or undecided): the digests differ, so an update is
+ * available, but not as if nothing had happened. Undefined otherwise.
+ */
+export function failedTargetWarning(last: LastUpdate, remoteDigest: string | null): string | undefined {
+  if (!remoteDigest || last.targetDigest !== remoteDigest) return undefined;
+  const when = last.at ? ` at ${last.at}` : '';
+  switch (last.status) {
+    case 'rolled-back':
+      return `the last update to ${remoteDigest} did not stick and was rolled back${when} (${last.detail ?? 'no detail'}); updating again retries the same build`;
+    case 'neither':
+      return `the last update to ${remoteDigest} did not stick: another build runs since${when} (${last.detail ?? 'no detail'}); updating again retries the same build`;
+    case 'undecided':
+      return `the last update to ${remoteDigest} ended without a known outcome${when} (${last.detail ?? 'no detail'}); updating again retries the same build`;
+    default:
+      return undefined;
+  }
 }
 
 /** The most recent self-update that ran its helper (an aborted preflight changed nothing). */
@@ -257,7 +279,7 @@ export async function lastUpdate(db: Conn): Promise<LastUpdate> {
     .selectFrom('self_update_status')
     .select(['phase', 'detail', 'target_digest', 'created_at', 'finished_at'])
     .where('action_id', 'is not', null)
-    .where('phase', 'in', ['helper-running', 'completed', 'rolled-back', 'neither'])
+    .where('phase', 'in', SPAWNED)
     .orderBy('created_at', 'desc')
     .limit(1)
     .executeTakeFirst();

@@ -19,12 +19,12 @@ describe('sign-in', () => {
     expect(res.statusCode).toBe(200);
     const body = res.json();
     expect(body.tokenType).toBe('Bearer');
-    expect(body.user).toEqual({ username: 'operator', role: 'operator' });
+    expect(body.user).toEqual({ username: 'operator', role: 'operator', mustChangePassword: false });
     const ttl = Date.parse(body.expiresAt) - Date.now();
     expect(ttl).toBeGreaterThan(11 * 3600 * 1000);
     expect(ttl).toBeLessThanOrEqual(12 * 3600 * 1000);
     const me = await get('/api/auth/me', { authorization: `Bearer ${body.token}` });
-    expect(me.json()).toEqual({ kind: 'user', username: 'operator', role: 'operator' });
+    expect(me.json()).toEqual({ kind: 'user', username: 'operator', role: 'operator', mustChangePassword: false });
   });
 
   it('refuses a wrong password and an unknown user with the same 401', async () => {
@@ -76,7 +76,8 @@ describe('bearer tokens', () => {
 
   it('a token accepted before (and so remembered) is refused once it expires', async () => {
     const exp = Math.floor(Date.now() / 1000) + 2;
-    const shortLived = createSigner({ key: TEST_SECRETS.JWT_SECRET })({ sub: 'admin', role: 'admin', exp });
+    // gen: the admin's token generation (1 until its password, role or status changes).
+    const shortLived = createSigner({ key: TEST_SECRETS.JWT_SECRET })({ sub: 'admin', role: 'admin', gen: 1, exp });
     for (let i = 0; i < 3; i++) expect((await get('/api/version', { authorization: `Bearer ${shortLived}` })).statusCode).toBe(200);
     await new Promise((r) => setTimeout(r, exp * 1000 - Date.now() + 50));
     const late = await get('/api/version', { authorization: `Bearer ${shortLived}` });

@@ -3,11 +3,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServer, type Server } from 'node:http';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import path from 'node:path';
-import { demultiplex, fetchComposeFile, firstFileOfTar, helperSpec, parseHelperLog, stagedComposePath } from '../../src/adapters/self-update.ts';
+import { composeFileOfChannel, demultiplex, fetchComposeFile, firstFileOfTar, helperSpec, imageComposePath, parseHelperLog, stagedComposePath } from '../../src/adapters/self-update.ts';
+import { Readable } from 'node:stream';
 
 const COMPOSE = 'name: installer\nservices:\n  backend:\n    image: x\n';
 let server: Server;
@@ -43,15 +44,27 @@ describe('the published compose file', () => {
 });
 
 describe('engine formats', () => {
-  it('reads the one file of the archive the engine returns', () => {
+  it('reads the one file of the archive the engine returns', async () => {
     const f = path.join(dir, 'docker-compose.dev.yml');
     writeFileSync(f, COMPOSE);
     const tar = spawnSync('tar', ['-C', dir, '-cf', '-', 'docker-compose.dev.yml']).stdout;
-    expect(firstFileOfTar(tar).toString()).toBe(COMPOSE);
+    expect((await firstFileOfTar(tar)).toString()).toBe(COMPOSE);
     // With a pax header first, as the engine may write for long names.
     const pax = spawnSync('tar', ['--format=pax', '-C', dir, '-cf', '-', 'docker-compose.dev.yml']).stdout;
-    expect(firstFileOfTar(pax).toString()).toBe(COMPOSE);
-    expect(() => firstFileOfTar(Buffer.alloc(1024))).toThrow(/no regular file/);
+    expect((await firstFileOfTar(pax)).toString()).toBe(COMPOSE);
+    await expect(firstFileOfTar(Buffer.alloc(1024))).rejects.toThrow(/no regular file/);
+    // A directory entry before the file, and the archive as a stream, as getArchive hands it over.
+    const nested = path.join(dir, 'deploy');
+    mkdirSync(nested, { recursive: true });
+    writeFileSync(path.join(nested, 'docker-compose.yml'), COMPOSE);
+    const withDir = spawnSync('tar', ['-C', dir, '-cf', '-', 'deploy']).stdout;
+    expect((await firstFileOfTar(Readable.from([withDir.subarray(0, 700), withDir.subarray(700)]))).toString()).toBe(COMPOSE);
+  });
+
+  it('names the compose file a build ships for its channel', () => {
+    expect(imageComposePath('prod')).toBe('/usr/src/app/deploy/docker-compose.yml');
+    expect(imageComposePath('dev')).toBe('/usr/src/app/deploy/docker-compose.dev.yml');
+    expect(composeFileOfChannel('beta')).toBe('docker-compose.beta.yml');
   });
 
   it('demultiplexes the engine log frames', () => {

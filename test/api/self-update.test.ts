@@ -4,7 +4,7 @@
 // calls, and the outcome reconciled on boot.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import { eventually, FakeEngine, FakeRuntime, REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/self-update.ts';
+import { eventually, FakeEngine, FakeRuntime, LATEST_MIGRATION, REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/self-update.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
 import { TEST_SECRETS } from '../helpers/app.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
@@ -57,6 +57,21 @@ describe('GET /api/system/self-update-check', () => {
     expect(c.error).toMatch(/^registry unreachable: .*connection refused/);
   });
 
+  it('a tag that does not exist is reported as such, not as an unreachable registry', async () => {
+    t.engine.registry.delete(`${REPO}:dev-latest`);
+    const c = await check(t);
+    t.engine.registry.set(`${REPO}:dev-latest`, 'sha256:new');
+    expect(c).toMatchObject({ updateAvailable: false, remoteDigest: null });
+    expect(c.error).toMatch(/^not in the registry: tag dev-latest does not exist in repository registry\.test\/installer/);
+    expect(c.error).not.toContain('unreachable');
+  });
+
+  it('asks for the published file of the channel and its newest digest', async () => {
+    t.engine.publishedFor = [];
+    await check(t);
+    expect(t.engine.publishedFor).toEqual([{ channel: 'dev', digest: 'sha256:new' }]);
+  });
+
   it('local compose file unreadable: composeChanged null, and the error says why', async () => {
     t.engine.local = new Error('cannot read /opt/installer/docker-compose.yml: no such file');
     const c = await check(t);
@@ -107,7 +122,7 @@ describe('POST /api/system/self-update', () => {
       kind: 'self-update', status: 'started', actor: 'amy', actor_email: 'amy@example.com', target_digest: 'sha256:new',
       schema_migration: await currentMigration(t.db.database.db),
     });
-    expect(rows[0]!.schema_migration).toBe('0002_self_update');
+    expect(rows[0]!.schema_migration).toBe(LATEST_MIGRATION);
     expect((await check(t)).lastUpdate).toMatchObject({ status: 'started', targetDigest: 'sha256:new' });
 
     // A second update while this one is in flight is refused.
@@ -143,6 +158,14 @@ describe('POST /api/system/self-update', () => {
     // Not in flight any more: the next request is taken.
     engine.registryDown = false;
     expect((await post(t)).statusCode).toBe(200);
+  });
+
+  it('preflight reads the published file for the channel out of the pulled target image', async () => {
+    t = await startSelfUpdateApp();
+    const res = await post(t);
+    expect(res.statusCode, res.body).toBe(200);
+    expect(t.engine.publishedFor).toEqual([{ channel: 'dev', imageId: 'img-new' }]);
+    expect(t.engine.calls.indexOf('pullByDigest')).toBeLessThan(t.engine.calls.indexOf('publishedComposeFile'));
   });
 
   it('400 when the channel is unknown (no INSTALLER_CHANNEL, a tag without prefix)', async () => {
@@ -296,6 +319,9 @@ describe('reconciling the outcome', () => {
     expect(Date.parse(String(last.at))).toBeGreaterThan(Date.now() - 60_000);
     expect(await audit(t)).toMatchObject([{ status: 'completed', exit_code: 0 }]);
     expect((await check(t)).updateAvailable).toBe(false);
+    expect((await check(t)).warning).toBeUndefined();
+    // The channel tag stays on the build that stuck.
+    expect(engine.tags.get(`${REPO}:dev-latest`)).toBe('img-new');
   });
 
   it('rolled back: the previous digest runs again; the reason comes from the helper', async () => {
@@ -304,8 +330,18 @@ describe('reconciling the outcome', () => {
     engine.helpers[0]!.finish(rolledBackExit);
     const last = await eventually(async () => ((await check(t)).lastUpdate.status !== 'started' ? (await check(t)).lastUpdate : null), 'an outcome');
     expect(last.status).toBe('rolled-back');
-    expect(last.detail).toBe('rolled back: the switch to dev-latest failed (exit 1: dependency failed to start: container installer-backend is unhealthy); helper exit 0; still on the previous image registry.test/installer:dev-41 (sha256:old)');
+    // The image named is the one that runs again (the rollback tag), not the reference the update started from.
+    expect(last.detail).toBe(
+      'rolled back: the switch to dev-latest failed (exit 1: dependency failed to start: container installer-backend is unhealthy); helper exit 0; ' +
+        'still on the previous image registry.test/installer:rollback (sha256:old); the local tag dev-latest points at it again',
+    );
     expect(await audit(t)).toMatchObject([{ status: 'failed', exit_code: 0, detail: last.detail }]);
+    // Preflight had pointed the channel tag at the failed build; it names the running image again.
+    expect(engine.tags.get(`${REPO}:dev-latest`)).toBe('img-old');
+    // The registry still offers the failed build: available, but not as if nothing happened.
+    const c = await check(t);
+    expect(c).toMatchObject({ updateAvailable: true, remoteDigest: 'sha256:new' });
+    expect(c.warning).toMatch(/^the last update to sha256:new did not stick and was rolled back at .* \(rolled back: the switch to dev-latest failed .*\); updating again retries the same build$/);
     expect(t.logs.join('')).not.toContain('"level":"error"');
   });
 
@@ -321,7 +357,7 @@ describe('reconciling the outcome', () => {
     expect(errorLines).toHaveLength(1);
     expect(errorLines[0]).toContain('ROLLED BACK ONTO A CHANGED SCHEMA');
     expect(errorLines[0]).toContain('0099_marker');
-    expect(errorLines[0]).toContain('"preUpdateMigration":"0002_self_update"');
+    expect(errorLines[0]).toContain(`"preUpdateMigration":"${LATEST_MIGRATION}"`);
   });
 
   it('neither: restarted on another image after the helper failed', async () => {
@@ -332,6 +368,9 @@ describe('reconciling the outcome', () => {
     expect(last.status).toBe('neither');
     expect(last.detail).toContain('restarted on registry.test/installer:dev-40 (sha256:other)');
     expect(last.detail).toContain('the rollback failed too');
+    // The switch failed: the channel tag no longer names that build but the one started by hand.
+    expect(last.detail).toMatch(/; the local tag dev-latest points at it again$/);
+    expect(engine.tags.get(`${REPO}:dev-latest`)).toBe('img-other');
   });
 
   it('a helper that ends while its backend still runs is reconciled by that backend', async () => {

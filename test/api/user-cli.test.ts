@@ -34,6 +34,6 @@ describe('user CLI', () => {
     expect(await badRole.exited).toBe(2);
     const short = runEntry('src/cli/user.ts', env, ['add', 'erin', 'viewer'], 'short\n');
     expect(await short.exited).toBe(1);
-    expect(short.output()).toContain('at least 8');
+    expect(short.output()).toContain('at least 12');
   });
 });

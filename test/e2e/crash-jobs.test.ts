@@ -262,10 +262,10 @@ describe('kill -9 of the backend in every state of the job chart', () => {
     expect(need.length).toBeGreaterThan(0);
   });
 
-  crashPoint('preparing', 'deploy waiting for its templates', async () => {
+  crashPoint('preparing.watching', 'deploy waiting for its templates', async () => {
     templateHold.armed = true;
     const id = await post('deploy');
-    await waitForChartState(base, token, 'job', id, 'preparing');
+    await waitForChartState(base, token, 'job', id, 'preparing.watching');
     await new Promise((r) => setTimeout(r, 100));
     expect(templateHold.waiting.length).toBeGreaterThan(0);
     await crashAndRestart();
@@ -319,7 +319,7 @@ describe('kill -9 of the backend in every state of the job chart', () => {
     templateHold.armed = true;
     const hold = holdGate('POST', /^(\/v[\d.]+)?\/images\/create/, COMPOSE_UA);
     const id = await post('deploy');
-    await waitForChartState(base, token, 'job', id, 'preparing');
+    await waitForChartState(base, token, 'job', id, 'preparing.watching');
     // The status row is locked: the runner pid written right after compose is spawned waits.
     await holdDb(['select 1 from deployment_job_status where job_id = $1 for update'], [[id]]);
     releaseTemplates();
@@ -376,7 +376,7 @@ describe('kill -9 of the backend in every state of the job chart', () => {
     templateHold.armed = true;
     try {
       const id = await post('deploy');
-      await waitForChartState(base, token, 'job', id, 'preparing');
+      await waitForChartState(base, token, 'job', id, 'preparing.watching');
       const hd = await holdDb(['select 1 from deployment_actions where job_id = $1 for update'], [[id]]);
       templateHold.failWith = 404;
       releaseTemplates();

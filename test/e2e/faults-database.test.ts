@@ -2,8 +2,8 @@
 // a steady stream of authenticated requests, and the database stopped (fast shutdown), killed
 // (SIGKILL) and paused (connections stay open, nothing answers). Meanwhile /api/health answers
 // 503 {status: error, db: down} and DB-backed requests answer 503 `unavailable` within a bound,
-// never a 500 and never a hang; afterwards the same process answers 200 again, both LISTEN
-// connections are back and a new job runs (docs/adr/0012-dependency-faults.md). Measured figures
+// never a 500 and never a hang; afterwards the same process answers 200 again, all three LISTEN
+// connections (jobs, self-update requests, user changes) are back and a new job runs (docs/adr/0012-dependency-faults.md). Measured figures
 // are printed with the prefix `faults-db:`.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cpSync, mkdtempSync, readFileSync } from 'node:fs';
@@ -11,11 +11,12 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { runEntry, ROOT, type Running } from '../helpers/process.ts';
 import { uniqueName } from '../helpers/rig.ts';
-import { login, percentile, requestJob, startDedicatedPostgres, startLoad, UNAVAILABLE_SHAPE, waitJob, type Answer, type DedicatedPostgres, type Load } from '../helpers/faults.ts';
+import { percentile, requestJob, startDedicatedPostgres, startLoad, UNAVAILABLE_SHAPE, waitJob, type Answer, type DedicatedPostgres, type Load } from '../helpers/faults.ts';
 import { DATABASE_UNAVAILABLE } from '../../src/errors.ts';
 import { CONNECT_TIMEOUT_MS, QUERY_TIMEOUT_GRACE_MS, STATEMENT_TIMEOUT_MS } from '../../src/db/database.ts';
 import { HEALTH_MAX_AGE_MS } from '../../src/state/health.ts';
 import { AUDIT_CACHE_MS_DEFAULT } from '../../src/state/actions.ts';
+import { firstAdminToken } from '../helpers/first-admin.ts';
 
 type Fault = 'stop' | 'kill' | 'pause';
 const FAULTS: Fault[] = ['stop', 'kill', 'pause'];
@@ -72,8 +73,11 @@ beforeAll(async () => {
   });
   base = await proc.url;
   const adminPassword = readFileSync(path.join(dataDir, 'secrets/initial-admin-password'), 'utf8').trim();
-  token = await login(base, 'admin', adminPassword);
+  token = await firstAdminToken(base, adminPassword);
 });
+
+/** The controllers' two channels and the user directory's (token revocation across processes). */
+const CHANNELS = ['LISTEN deployment_jobs', 'LISTEN installer_users', 'LISTEN self_update_requests'];
 
 async function listeners(): Promise<string[]> {
   const rows = await pgc!.query<{ query: string }>("select query from pg_stat_activity where application_name = 'installer' and query ilike 'LISTEN %' order by query");
@@ -89,7 +93,7 @@ async function waitListeners(): Promise<number> {
     } catch {
       /* still starting */
     }
-    if (now.includes('LISTEN deployment_jobs') && now.includes('LISTEN self_update_requests')) return Date.now() - started;
+    if (CHANNELS.every((c) => now.includes(c))) return Date.now() - started;
     if (Date.now() - started > LISTEN_BOUND_MS) throw new Error(`the LISTEN connections did not come back within ${LISTEN_BOUND_MS} ms (now: ${JSON.stringify(now)}; backend exit code ${proc!.child.exitCode}):\n${proc!.output().slice(-3000)}`);
     await sleep(100);
   }
@@ -149,7 +153,7 @@ describe('Postgres stopped, killed and paused under load', () => {
   it('answers 503 meanwhile, within bounds, and recovers in the same process', async () => {
     const headers = { authorization: `Bearer ${token}` };
     // Before: everything answers, the controllers listen, a job runs.
-    expect(await listeners()).toEqual(['LISTEN deployment_jobs', 'LISTEN self_update_requests']);
+    expect(await listeners()).toEqual(CHANNELS);
     expect(await waitJob(base, token, await requestJob(base, token, 'stop'))).toMatchObject({ phase: 'completed' });
     const pid = proc!.child.pid;
 
@@ -194,7 +198,7 @@ describe('Postgres stopped, killed and paused under load', () => {
     const job = await waitJob(base, token, await requestJob(base, token, 'stop'));
     expect(job).toMatchObject({ phase: 'completed' });
     console.log(`faults-db: ${JSON.stringify({ jobAfterRecoveryMs: Date.now() - requested })}`);
-    expect(await listeners()).toEqual(['LISTEN deployment_jobs', 'LISTEN self_update_requests']);
+    expect(await listeners()).toEqual(CHANNELS);
     // The database password never reaches the output.
     expect(proc!.output()).not.toContain(pgc!.password);
     expect(proc!.output()).toContain('database unavailable');

@@ -8,17 +8,9 @@ import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import path from 'node:path';
 import { ROOT } from '../helpers/process.ts';
-import { docker, freePort, run, startPlatform, type PlatformProject } from '../helpers/rig.ts';
+import { freePort, run, startPlatform, type PlatformProject } from '../helpers/rig.ts';
 import { helperExit, helperLogs, helperState, Images, localDigest, STAGED_FILE, startInstaller, type InstallerUnderTest } from '../helpers/self-update-rig.ts';
-
-interface Check {
-  updateAvailable: boolean;
-  currentDigest: string | null;
-  remoteDigest: string | null;
-  composeChanged: boolean | null;
-  error?: string;
-  lastUpdate: { status: string | null; detail: string | null; at: string | null; targetDigest: string | null };
-}
+import { LATEST_MIGRATION, type SelfUpdateCheck as Check } from '../helpers/self-update.ts';
 
 const images = new Images();
 let i: InstallerUnderTest;
@@ -110,7 +102,7 @@ describe('self-update on the real engine', () => {
     // The platform was not pulled, recreated or restarted.
     expect(await platform.containers()).toEqual(before);
     const actions = (await i.get('/api/deployment/actions?limit=5')).body as { kind: string; status: string; targetDigest: string; schemaMigration: string; actor: string }[];
-    expect(actions.find((a) => a.kind === 'self-update')).toMatchObject({ status: 'completed', targetDigest: target, schemaMigration: '0002_self_update', actor: 'admin' });
+    expect(actions.find((a) => a.kind === 'self-update')).toMatchObject({ status: 'completed', targetDigest: target, schemaMigration: LATEST_MIGRATION, actor: 'admin' });
   });
 
   it('3. a build whose healthcheck fails: rolled back, helper exit 0, back on the old digest with the reason', async () => {
@@ -140,7 +132,7 @@ describe('self-update on the real engine', () => {
     const errorLine = (await backendLogs()).split('\n').find((l) => l.includes('"level":"error"') && l.includes('ROLLED BACK ONTO A CHANGED SCHEMA'));
     expect(errorLine).toBeDefined();
     expect(errorLine).toContain('0099_self_update_test_marker');
-    expect(errorLine).toContain('"preUpdateMigration":"0002_self_update"');
+    expect(errorLine).toContain(`"preUpdateMigration":"${LATEST_MIGRATION}"`);
   });
 
   it('5. a failing build and a failing rollback tag: status failed, exit 1, recovery text; reconciled after a manual compose up', async () => {
@@ -174,10 +166,8 @@ describe('self-update on the real engine', () => {
     const port = await freePort();
     await new Promise<void>((r) => silent.listen(port, '127.0.0.1', r));
     try {
-      await docker(['exec', 'installer-backend', 'mkdir', '-p', '/var/lib/installer/platform']);
-      const file = path.join(i.stack.workDir, 'hanging-platform.yml');
-      writeFileSync(file, `services:\n  hang:\n    image: 127.0.0.1:${port}/hang/forever:1\n`);
-      await docker(['cp', file, 'installer-backend:/var/lib/installer/platform/docker-compose.yml']);
+      // PLATFORM_DIR is bind-mounted into the backend at the same path: the file is written on the host.
+      writeFileSync(path.join(i.stack.platformDir, 'docker-compose.yml'), `services:\n  hang:\n    image: 127.0.0.1:${port}/hang/forever:1\n`);
       const job = await i.post('/api/deployment/jobs', { action: 'pull' });
       expect(job.status, JSON.stringify(job.body)).toBe(202);
       const jobId = (job.body as { jobId: string }).jobId;

@@ -1,21 +1,37 @@
-// The installer image, built here, running as its own compose stack on the real engine.
+// The installer image, built here, running as its own compose stack on the real engine: the dev
+// compose file as the other stack tests run it, then the production stack deployed by the steps
+// of docs/deploy.md, with a platform whose control plane calls the installer with the token the
+// installer handed it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
-import { buildInstallerImage, docker, REGISTRY } from '../helpers/rig.ts';
-import { startStack, type Stack } from '../helpers/stack.ts';
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { buildInstallerImage, docker, REGISTRY, run } from '../helpers/rig.ts';
+import { deployAsDocumented, startStack, type DocumentedStack, type Stack } from '../helpers/stack.ts';
+import { firstAdminToken } from '../helpers/first-admin.ts';
+import { ROOT } from '../helpers/process.ts';
+import { parseSse } from '../helpers/sse.ts';
+import { eventually } from '../helpers/self-update.ts';
 
 const tag = `dev-e2e-${randomBytes(3).toString('hex')}`;
 const ref = `${REGISTRY}/installer:${tag}`;
+// The production compose file runs `prod-latest` when VERSION is unset, as .env.example leaves it.
+const prodLatest = `${REGISTRY}/installer:prod-latest`;
 let digest: string;
-let stack: Stack | undefined;
 
 beforeAll(async () => {
-  digest = (await buildInstallerImage([ref]))[ref]!;
-  stack = await startStack({ version: tag });
+  const digests = await buildInstallerImage([ref, prodLatest]);
+  digest = digests[ref]!;
 });
-afterAll(async () => stack?.down());
 
 describe('the installer stack (dev compose file, real engine, local registry)', () => {
+  let stack: Stack | undefined;
+  beforeAll(async () => {
+    stack = await startStack({ version: tag });
+  });
+  afterAll(async () => stack?.down());
+
   it('is healthy once its one-shot migration has completed', async () => {
     const init = JSON.parse(await docker(['inspect', 'installer-backend-init']))[0];
     expect(init.State.Status).toBe('exited');
@@ -64,5 +80,102 @@ describe('the installer stack (dev compose file, real engine, local registry)', 
     // A process that ignored SIGTERM would be killed after the timeout and exit 137.
     expect(backend.State.ExitCode).toBe(0);
     expect(await docker(['logs', 'installer-backend'])).toContain('shutting down');
+  });
+});
+
+/** The lines of docs/deploy.md between two headings, and the commands in its code blocks. */
+function docSection(from: string, to: string): string {
+  const doc = readFileSync(path.join(ROOT, 'docs/deploy.md'), 'utf8');
+  const start = doc.indexOf(from);
+  const end = doc.indexOf(to, start + from.length);
+  if (start < 0 || end < 0) throw new Error(`docs/deploy.md has no section from "${from}" to "${to}"`);
+  return doc.slice(start, end);
+}
+const commandIn = (section: string, startsWith: string): string[] => {
+  const line = section.split('\n').find((l) => l.startsWith(startsWith));
+  if (!line) throw new Error(`docs/deploy.md: no command starting with "${startsWith}" in:\n${section}`);
+  return line.replace(/\s+#.*$/, '').trim().split(/\s+/);
+};
+
+describe('the production stack deployed as docs/deploy.md says, and a platform control plane calling it', () => {
+  const id = randomBytes(3).toString('hex');
+  const platformImage = `${REGISTRY}/platform-test/control:${id}`;
+  const templatesServer = `installer-e2e-templates-${id}`;
+  const databasePassword = randomBytes(24).toString('hex');
+  let stack: DocumentedStack | undefined;
+  let platformDir: string;
+  let admin: string;
+
+  beforeAll(async () => {
+    await docker(['tag', 'installer-rig/busybox:latest', platformImage]);
+    await docker(['push', platformImage]);
+    // The values the page says must be set, and nothing else beyond the rig's own.
+    const mustSet = [...docSection('Must be set:', 'Leave as they are').matchAll(/^\| `([A-Z_]+)` \|/gm)].map((m) => m[1]);
+    const values = (workDir: string): Record<string, string> => ({
+      DATABASE_PASSWORD: databasePassword,
+      INSTALLER_REGISTRY: REGISTRY,
+      INSTALLER_WORK_DIR: workDir,
+      // Served on the network `platform` (below), as object storage would serve it.
+      PLATFORM_TEMPLATES_URL: 'http://platform-templates/',
+    });
+    expect(mustSet).toEqual(Object.keys(values('/x')));
+    stack = await deployAsDocumented({ mustSet: values, upCommand: commandIn(docSection('## 3. Start it', '## 4.'), 'docker compose up') });
+    platformDir = path.join(stack.workDir, 'platform');
+
+    const templates = mkdtempSync(path.join(tmpdir(), 'control-templates-'));
+    cpSync(path.join(ROOT, 'test/fixtures/control-plane-platform'), templates, { recursive: true });
+    writeFileSync(path.join(templates, '.env.template'), `${readFileSync(path.join(templates, '.env.template'), 'utf8')}PLATFORM_IMAGE=${platformImage}\n`);
+    await docker(['run', '-d', '--name', templatesServer, '--network', 'platform', '--network-alias', 'platform-templates', '-v', `${templates}:/www:ro`, 'installer-rig/busybox:latest', 'httpd', '-f', '-p', '80', '-h', '/www']);
+  });
+  afterAll(async () => {
+    if (platformDir) await run('docker', ['compose', '-p', 'platform', '-f', path.join(platformDir, 'docker-compose.yml'), 'down', '-v', '-t', '1'], { cwd: platformDir });
+    await run('docker', ['rm', '-f', templatesServer]);
+    await stack?.down();
+  });
+
+  it('comes up healthy on the prod channel; the first admin signs in with the password where the page says', async () => {
+    const backend = JSON.parse(await docker(['inspect', 'installer-backend']))[0];
+    expect(backend.State.Health.Status).toBe('healthy');
+    expect(backend.Config.Env).toContain('INSTALLER_CHANNEL=prod');
+    expect(backend.Config.Image).toBe(prodLatest);
+    expect(await (await fetch(`${stack!.baseUrl}/api/health`)).json()).toEqual({ status: 'ok', db: 'up' });
+    const password = (await stack!.compose(commandIn(docSection('## 4. Sign in', '## 5.'), 'docker compose exec').slice(2))).trim();
+    const res = await fetch(`${stack!.baseUrl}/api/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'admin', password }) });
+    expect(res.status).toBe(200);
+    // As the page says: nothing else until the first admin has chosen a new password.
+    const first = ((await res.json()) as { token: string }).token;
+    expect((await fetch(`${stack!.baseUrl}/api/deployment/status`, { headers: { authorization: `Bearer ${first}` } })).status).toBe(403);
+    admin = await firstAdminToken(stack!.baseUrl, password);
+  });
+
+  it('deploys the platform, whose control plane calls the installer over `platform` with the token from its own environment', async () => {
+    const started = await fetch(`${stack!.baseUrl}/api/deployment/jobs`, { method: 'POST', headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' }, body: JSON.stringify({ action: 'deploy' }) });
+    expect(started.status).toBe(202);
+    const { jobId: deployId } = (await started.json()) as { jobId: string };
+    const events = parseSse(await (await fetch(`${stack!.baseUrl}/api/deployment/jobs/${deployId}/logs`, { headers: { authorization: `Bearer ${admin}` }, signal: AbortSignal.timeout(240_000) })).text());
+    expect(events.at(-1)?.data.outcome, JSON.stringify(events.slice(-8))).toBe('completed');
+    expect(readFileSync(path.join(platformDir, 'docker-compose.yml'), 'utf8')).toContain('INSTALLER_SERVICE_TOKEN');
+
+    // The control plane's own shell: the token and address are expanded inside the container.
+    const call = (args: string) => run('docker', ['exec', 'platform-control-1', 'sh', '-c', `wget -S -q -O- --header "Authorization: Bearer $INSTALLER_SERVICE_TOKEN" --header "x-actor-user-id: user-4711" --header "x-actor-email: u4711@example.com" ${args} 2>&1`]);
+    const status = await call('"$INSTALLER_URL/api/deployment/status"');
+    expect(status.stdout).toMatch(/HTTP\/1\.1 200/);
+    expect(status.stdout).toContain('"project":"platform"');
+    const job = await call(`--header "content-type: application/json" --post-data '{"action":"restart","services":["control"]}' "$INSTALLER_URL/api/deployment/jobs"`);
+    expect(job.stdout).toMatch(/HTTP\/1\.1 202/);
+    const jobId = /"jobId":"([0-9a-f-]{36})"/.exec(job.stdout)![1]!;
+    // Without the token the same call is refused: the path is authenticated end to end.
+    const anonymous = await run('docker', ['exec', 'platform-control-1', 'sh', '-c', 'wget -S -q -O- "$INSTALLER_URL/api/deployment/status" 2>&1']);
+    expect(anonymous.stdout).toMatch(/HTTP\/1\.1 401/);
+
+    const row = await eventually(async () => {
+      const rows = (await (await fetch(`${stack!.baseUrl}/api/deployment/actions?limit=20`, { headers: { authorization: `Bearer ${admin}` } })).json()) as { jobId: string | null; kind: string; status: string; actor: string; actorEmail: string | null }[];
+      return rows.find((r) => r.jobId === jobId && r.status !== 'started');
+    }, 'the restart requested by the control plane to finish', 120_000, 500);
+    expect(row).toMatchObject({ kind: 'restart', status: 'completed', actor: 'user-4711', actorEmail: 'u4711@example.com' });
+
+    const token = (await docker(['exec', 'installer-backend', 'cat', '/var/lib/installer/secrets/service-token'])).trim();
+    expect(readFileSync(path.join(platformDir, '.env'), 'utf8')).toContain(`INSTALLER_SERVICE_TOKEN=${token}`);
+    expect(await docker(['logs', 'installer-backend'])).not.toContain(token);
   });
 });

@@ -263,7 +263,7 @@ describe('operator UI', () => {
       expect(await page.getByTestId('current-job').textContent()).toBe('completed');
       // Every state of the chart is drawn.
       const ids = await job.locator('[data-state-id]').evaluateAll((els) => els.map((e) => e.getAttribute('data-state-id')));
-      expect(ids.sort()).toEqual(['job.cancelled', 'job.completed', 'job.failed', 'job.hung', 'job.preparing', 'job.running', 'job.running.watching', 'job.starting'].sort());
+      expect(ids.sort()).toEqual(['job.cancelled', 'job.completed', 'job.failed', 'job.hung', 'job.preparing', 'job.preparing.watching', 'job.running', 'job.running.watching', 'job.starting'].sort());
       // Nothing to reconcile on this boot.
       await poll(() => page.getByTestId('chart-bootReconcile').locator('g.state.current').getAttribute('data-state-id')).toBe('bootReconcile.idle');
       await shoot(page, 'machines', { doc: true, fullPage: false });

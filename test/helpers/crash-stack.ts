@@ -12,6 +12,7 @@ import { ROOT } from './process.ts';
 import { docker, freePort, run } from './rig.ts';
 import { removeLeftovers } from './stack.ts';
 import { HELPER, STAGING_ROOT, type Images } from './self-update-rig.ts';
+import { firstAdminToken } from './first-admin.ts';
 
 const SOCKET_MOUNT = '- /var/run/docker.sock:/var/run/docker.sock';
 
@@ -54,6 +55,8 @@ export async function startCrashInstaller(images: Images, tag: string, gateSocke
   const publishedText = `${gatedCompose(original)}# published for ${images.namespace}\n`;
   writeFileSync(publishedFile, publishedText);
   const port = await freePort();
+  let httpsPort = await freePort();
+  while (httpsPort === port) httpsPort = await freePort();
   const databasePassword = randomBytes(12).toString('hex');
   const env: Record<string, string> = {
     TZ: 'UTC',
@@ -63,7 +66,9 @@ export async function startCrashInstaller(images: Images, tag: string, gateSocke
     POSTGRES_IMAGE: 'installer-rig/postgres:15',
     DATABASE_PASSWORD: databasePassword,
     INSTALLER_BIND: '127.0.0.1',
-    INSTALLER_PORT: String(port),
+    // The published HTTPS port is not used here: the tests speak plain HTTP on loopback.
+    INSTALLER_PORT: String(httpsPort),
+    INSTALLER_HTTP_PORT: String(port),
     INSTALLER_WORK_DIR: workDir,
     STAGING_ROOT,
     PUBLISHED_COMPOSE_URL: `file://${publishedFile}`,
@@ -103,9 +108,7 @@ export async function startCrashInstaller(images: Images, tag: string, gateSocke
     token: () => token,
     async login() {
       const password = (await docker(['exec', 'installer-backend', 'cat', '/var/lib/installer/secrets/initial-admin-password'])).trim();
-      const res = await fetch(`${baseUrl}/api/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'admin', password }) });
-      if (!res.ok) throw new Error(`login failed: ${res.status} ${await res.text()}`);
-      token = ((await res.json()) as { token: string }).token;
+      token = await firstAdminToken(baseUrl, password);
       return token;
     },
     async call(method, p, body, timeoutMs = 30_000) {

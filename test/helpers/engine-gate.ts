@@ -40,6 +40,10 @@ export class EngineGate {
   private readonly sockets = new Set<Socket>();
   /** Every request seen, `METHOD path`, for diagnostics. */
   readonly seen: string[] = [];
+  /** While set, a new request's connection is dropped at once: the engine is unreachable. */
+  private refusing = false;
+  /** Requests dropped while refusing. */
+  refused = 0;
 
   constructor(
     readonly socketPath: string,
@@ -70,6 +74,14 @@ export class EngineGate {
     for (const s of this.sockets) s.destroy();
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
     rmSync(this.socketPath, { force: true });
+  }
+
+  /**
+   * Makes the engine unreachable for the gate's clients (every new request's connection is dropped
+   * before it reaches the engine), or reachable again. Requests already passed on are not touched.
+   */
+  refuse(on: boolean): void {
+    this.refusing = on;
   }
 
   hold(rule: HoldRule): Hold {
@@ -108,6 +120,11 @@ export class EngineGate {
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
     this.seen.push(`${req.method} ${req.url} [${req.headers["user-agent"] ?? ""}]`);
     if (this.seen.length > 500) this.seen.splice(0, 100);
+    if (this.refusing) {
+      this.refused++;
+      req.socket.destroy();
+      return;
+    }
     const h = this.match(req);
     if (!h) return this.forward(req, res);
     let released = false;
@@ -152,6 +169,11 @@ export class EngineGate {
   /** Hijacked connections (attach, exec): replay the request head and splice both ways. */
   private onUpgrade(req: IncomingMessage, socket: Socket, head: Buffer): void {
     this.seen.push(`${req.method} ${req.url} (upgrade)`);
+    if (this.refusing) {
+      this.refused++;
+      socket.destroy();
+      return;
+    }
     const up = connect(this.upstream, () => {
       let text = `${req.method} ${req.url} HTTP/${req.httpVersion}\r\n`;
       for (let i = 0; i < req.rawHeaders.length; i += 2) text += `${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}\r\n`;

@@ -366,6 +366,7 @@ export function wrongTypes(kind: string): fc.Arbitrary<unknown> {
     if (kind === 'array') return !Array.isArray(v);
     if (kind === 'record' || kind === 'object') return v === null || typeof v !== 'object' || Array.isArray(v);
     if (kind === 'number') return typeof v !== 'number';
+    if (kind === 'boolean') return typeof v !== 'boolean';
     return true;
   });
 }

@@ -29,6 +29,8 @@ export function run(cmd: string, args: string[], opts: { env?: Record<string, st
       clearTimeout(timer);
       resolve({ code: code ?? -1, stdout, stderr });
     });
+    // A child that exits without reading its input (docker events with --until) closes the pipe first.
+    child.stdin.on('error', () => {});
     child.stdin.end(opts.input ?? '');
   });
 }

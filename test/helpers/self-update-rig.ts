@@ -10,7 +10,7 @@ import { startStack, type Stack } from './stack.ts';
 import { eventually } from './self-update.ts';
 
 export const FIXTURES = path.join(ROOT, 'test/fixtures/self-update');
-export type Variant = 'good' | 'unhealthy' | 'migrates-then-unhealthy' | 'crashes';
+export type Variant = 'good' | 'unhealthy' | 'migrates-then-unhealthy' | 'crashes' | 'ships-new-compose';
 /** The host staging root of the spec: the staged file is /var/tmp/installer/self-update/docker-compose.yml. */
 export const STAGING_ROOT = '/var/tmp/installer';
 export const STAGED_FILE = `${STAGING_ROOT}/self-update/docker-compose.yml`;

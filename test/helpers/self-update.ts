@@ -1,6 +1,8 @@
 // Self-update API tests: the real app, controller and Postgres, with the engine and host held in
 // memory (tags, registry, staged file, helper), so that every preflight step can be made to fail
 // and what it changed can be compared before and after.
+import { readdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import type { Wired } from '../../src/wiring.ts';
 import type { Settings } from '../../src/config.ts';
@@ -11,6 +13,24 @@ import { startTestApp } from './app.ts';
 import type { Role } from '../../src/db/schema.ts';
 
 export const REPO = 'registry.test/installer';
+
+/** The newest schema migration of this checkout: what a migrated database is at (`preUpdateMigration`). */
+export const LATEST_MIGRATION = readdirSync(fileURLToPath(new URL('../../migrations/', import.meta.url)))
+  .filter((f) => /^\d{4}_[\w-]+\.ts$/.test(f))
+  .sort()
+  .at(-1)!
+  .replace(/\.ts$/, '');
+
+/** The body of GET /api/system/self-update-check, as the end-to-end tests read it. */
+export interface SelfUpdateCheck {
+  updateAvailable: boolean;
+  currentDigest: string | null;
+  remoteDigest: string | null;
+  composeChanged: boolean | null;
+  error?: string;
+  warning?: string;
+  lastUpdate: { status: string | null; detail: string | null; at: string | null; targetDigest: string | null };
+}
 
 export class FakeRuntime implements RuntimePort {
   info: VersionInfo = { inContainer: true, image: `${REPO}:dev-41`, tag: 'dev-41', digest: 'sha256:old', imageId: 'img-old', containerId: 'c-backend' };
@@ -63,7 +83,8 @@ export class FakeEngine implements SelfUpdateEngine {
     if (this.onResolve) await this.onResolve();
     if (this.registryDown) throw new Error(`cannot resolve ${reference} in the registry: dial tcp 127.0.0.1:5999: connect: connection refused`);
     const d = this.registry.get(reference);
-    if (!d) throw new Error(`cannot resolve ${reference} in the registry: manifest unknown`);
+    // As the adapter words the registry's "manifest unknown" (code registry-not-found).
+    if (!d) throw Object.assign(new Error(`tag ${reference.split(':').pop()} does not exist in repository ${reference.slice(0, reference.lastIndexOf(':'))}`), { code: 'registry-not-found' });
     return d;
   }
   async localComposeFile(): Promise<string> {
@@ -71,8 +92,17 @@ export class FakeEngine implements SelfUpdateEngine {
     if (this.local instanceof Error) throw this.local;
     return this.local;
   }
-  async publishedComposeFile(): Promise<string> {
+  /** The channel and digest (or image id) the published file was last asked for. */
+  publishedFor: { channel: string | null; digest?: string | null; imageId?: string }[] = [];
+  async publishedComposeFile(channel: string | null, newestDigest: string | null): Promise<string> {
     this.check('publishedComposeFile');
+    this.publishedFor.push({ channel, digest: newestDigest });
+    if (this.published instanceof Error) throw this.published;
+    return this.published;
+  }
+  async publishedComposeOf(channel: string, imageId: string): Promise<string> {
+    this.check('publishedComposeFile');
+    this.publishedFor.push({ channel, imageId });
     if (this.published instanceof Error) throw this.published;
     return this.published;
   }

@@ -32,13 +32,14 @@ export function ensureUiBuilt(): void {
   if (r.status !== 0) throw new Error(`vite build failed (${r.status}):\n${r.stdout}\n${r.stderr}`);
 }
 
-export async function launchChromium(): Promise<Browser> {
+/** `extraArgs`: more Chromium switches, e.g. `--ignore-certificate-errors-spki-list=<pin>` to trust one certificate. */
+export async function launchChromium(extraArgs: string[] = []): Promise<Browser> {
   if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: scripts/rig/setup.sh installs Debian's chromium`);
   return chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
     // playwright-core gives every launch a fresh temporary profile.
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', ...extraArgs],
   });
 }
 

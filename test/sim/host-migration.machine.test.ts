@@ -7,6 +7,7 @@ import { hostMigrationMachine, type HostMigrationEvent } from '../../machines/ho
 import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/chart.ts';
 
 const HUNG = 'xstate.after.hungTimeout.hostMigration.running.watching';
+const HUNG_COPYING = 'xstate.after.hungTimeout.hostMigration.copying.watching';
 const EVENTS = [
   { type: 'COPIED' },
   { type: 'COPY_FAILED', message: 'no space left' },
@@ -16,6 +17,7 @@ const EVENTS = [
   { type: 'RUN_FAILED', message: 'image missing' },
   { type: 'CANCEL', by: 'root' },
   { type: HUNG },
+  { type: HUNG_COPYING },
   { type: 'xstate.error.actor.copyScript', error: new Error('copy crashed') },
   { type: 'xstate.error.actor.runScript', error: new Error('run crashed') },
 ] as unknown as HostMigrationEvent[];
@@ -27,21 +29,23 @@ const input = { hungMinutes: 15 };
 function model(events: readonly { type: string; message?: string; exitCode?: number; by?: string }[]) {
   let state = 'copying';
   let detail: string | null = null;
+  let exitCode: number | null = null;
   for (const e of events) {
     if (state === 'copying') {
       if (e.type === 'COPIED') state = 'running';
+      else if (e.type === HUNG_COPYING) [state, detail] = ['hung', 'No output for 15 minutes — aborted as hung'];
       else if (e.type === 'COPY_FAILED') [state, detail] = ['failed', e.message!];
       else if (e.type === 'xstate.error.actor.copyScript') [state, detail] = ['failed', 'copy crashed'];
       else if (e.type === 'CANCEL') [state, detail] = ['cancelled', `cancelled by ${e.by}`];
     } else if (state === 'running') {
-      if (e.type === 'EXITED') [state, detail] = e.exitCode === 0 ? ['completed', null] : ['failed', `migrate-host.sh exited with code ${e.exitCode}`];
+      if (e.type === 'EXITED') [state, detail, exitCode] = e.exitCode === 0 ? ['completed', null, 0] : ['failed', `migrate-host.sh exited with code ${e.exitCode}`, e.exitCode!];
       else if (e.type === 'RUN_FAILED') [state, detail] = ['failed', e.message!];
       else if (e.type === 'xstate.error.actor.runScript') [state, detail] = ['failed', 'run crashed'];
       else if (e.type === 'CANCEL') [state, detail] = ['cancelled', `cancelled by ${e.by}`];
       else if (e.type === HUNG) [state, detail] = ['hung', 'No output for 15 minutes — aborted as hung'];
     }
   }
-  return { state, detail };
+  return { state, detail, exitCode };
 }
 
 describe('host migration chart', () => {
@@ -64,6 +68,8 @@ describe('host migration chart', () => {
       const value = actor.getSnapshot().value;
       expect(typeof value === 'string' ? value : Object.keys(value)[0]).toBe(want.state);
       expect(actor.getSnapshot().context.detail).toBe(want.detail);
+      // Only the script's own end gives an exit code; a cancel, the guard or a failed start give null.
+      expect(actor.getSnapshot().context.exitCode).toBe(want.exitCode);
     }
   });
 
@@ -77,5 +83,24 @@ describe('host migration chart', () => {
     expect(actor.getSnapshot().matches('running')).toBe(true);
     clock.increment(1);
     expect(actor.getSnapshot().value).toBe('hung');
+  });
+
+  it('aborts as hung after 15 silent minutes of copying the script; output resets the guard', () => {
+    let stopped = 0;
+    const copy = fromCallback<EventObject, Record<string, never>>(() => () => {
+      stopped++;
+    });
+    const clock = new SimulatedClock();
+    const actor = createActor(hostMigrationMachine.provide({ actors: { copyScript: copy, runScript: quiet } }), { input, clock }).start();
+    expect(actor.getSnapshot().value).toEqual({ copying: 'watching' });
+    clock.increment(14 * 60_000);
+    actor.send({ type: 'OUTPUT' });
+    clock.increment(15 * 60_000 - 1);
+    expect(actor.getSnapshot().matches('copying')).toBe(true);
+    expect(stopped).toBe(0);
+    clock.increment(1);
+    expect(actor.getSnapshot().value).toBe('hung');
+    expect(actor.getSnapshot().context).toMatchObject({ detail: 'No output for 15 minutes — aborted as hung', exitCode: null });
+    expect(stopped).toBe(1);
   });
 });

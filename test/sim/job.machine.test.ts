@@ -8,6 +8,7 @@ import { jobMachine, hungMessage, type JobEvent, type JobInput, type StepInput }
 import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/chart.ts';
 
 const HUNG_EVENT = 'xstate.after.hungTimeout.job.running.watching';
+const HUNG_PREPARING = 'xstate.after.hungTimeout.job.preparing.watching';
 const EVENTS = [
   { type: 'PREPARED' },
   { type: 'PREPARE_FAILED', message: 'templates unreachable' },
@@ -15,8 +16,10 @@ const EVENTS = [
   { type: 'STEP_DONE', exitCode: 0 },
   { type: 'STEP_DONE', exitCode: 3 },
   { type: 'STEP_FAILED', message: 'docker not found' },
+  { type: 'STEP_FAILED', message: 'up failed: the Docker engine is not reachable', exitCode: 1 },
   { type: 'CANCEL', by: 'amy' },
   { type: HUNG_EVENT },
+  { type: HUNG_PREPARING },
   { type: 'xstate.error.actor.prepare', error: new Error('prepare crashed') },
   { type: 'xstate.error.actor.runStep', error: new Error('spawn failed') },
 ] as unknown as JobEvent[];
@@ -39,13 +42,16 @@ function model(input: JobInput, events: readonly JobEvent[]): { state: string; d
       else if (e.type === 'PREPARE_FAILED') [state, detail] = ['failed', (e as { message: string }).message];
       else if (e.type === 'xstate.error.actor.prepare') [state, detail] = ['failed', 'prepare crashed'];
       else if (e.type === 'CANCEL') [state, detail] = ['cancelled', `cancelled by ${(e as { by: string }).by}`];
+      else if (e.type === HUNG_PREPARING) [state, detail] = ['hung', hungMessage(input.hungMinutes)];
     } else if (state === 'running') {
+      // The exit code is the one of the step that ended the job; a step that ends it without its
+      // process ending (cancel, hung, cannot run) leaves null, never an earlier step's 0.
       if (e.type === 'STEP_DONE') {
         exitCode = (e as { exitCode: number }).exitCode;
         if (exitCode !== 0) [state, detail] = ['failed', `${input.steps[step]} exited with code ${exitCode}`];
-        else if (step + 1 < input.steps.length) step++;
+        else if (step + 1 < input.steps.length) [step, exitCode] = [step + 1, null];
         else state = 'completed';
-      } else if (e.type === 'STEP_FAILED') [state, detail] = ['failed', (e as { message: string }).message];
+      } else if (e.type === 'STEP_FAILED') [state, detail, exitCode] = ['failed', (e as { message: string }).message, (e as { exitCode?: number }).exitCode ?? null];
       else if (e.type === 'xstate.error.actor.runStep') [state, detail] = ['failed', 'spawn failed'];
       else if (e.type === 'CANCEL') [state, detail] = ['cancelled', `cancelled by ${(e as { by: string }).by}`];
       else if (e.type === HUNG_EVENT) [state, detail] = ['hung', hungMessage(input.hungMinutes)];
@@ -92,7 +98,9 @@ describe('job chart', () => {
       const label = events.map((e) => e.type).join(' > ');
       expect(topState(snap.value), label).toBe(want.state);
       expect(snap.context.detail, label).toBe(want.detail);
+      expect(snap.context.exitCode, label).toBe(want.exitCode);
       if (want.state === 'completed') expect(snap.context.exitCode).toBe(0);
+      if (['cancelled', 'hung'].includes(want.state)) expect(snap.context.exitCode, label).toBeNull();
       actor.stop();
     }
   });
@@ -108,6 +116,38 @@ describe('job chart', () => {
     clock.increment(1);
     expect(actor.getSnapshot().value).toBe('hung');
     expect(actor.getSnapshot().context.detail).toBe('No output for 15 minutes — aborted as hung');
+  });
+
+  it('aborts as hung while preparing after exactly the configured minutes of silence; output resets the guard', () => {
+    let stopped = 0;
+    const prepare = fromCallback<EventObject, Record<string, never>>(() => () => {
+      stopped++;
+    });
+    const clock = new SimulatedClock();
+    const actor = createActor(jobMachine.provide({ actors: { prepare, runStep: quietStep } }), {
+      input: { steps: ['pull', 'up'], needsPrepare: true, hungMinutes: 15 },
+      clock,
+    }).start();
+    expect(actor.getSnapshot().value).toEqual({ preparing: 'watching' });
+    clock.increment(15 * 60_000 - 1);
+    actor.send({ type: 'OUTPUT' });
+    clock.increment(15 * 60_000 - 1);
+    expect(actor.getSnapshot().matches('preparing')).toBe(true);
+    expect(stopped).toBe(0); // output re-enters only the guard, never the preparation itself
+    clock.increment(1);
+    expect(actor.getSnapshot().value).toBe('hung');
+    expect(actor.getSnapshot().context).toMatchObject({ detail: 'No output for 15 minutes — aborted as hung', exitCode: null });
+    expect(stopped).toBe(1);
+  });
+
+  it('a deploy cancelled during up after a good pull records no exit code, not the pull\'s 0', () => {
+    const actor = createActor(simulated(), { input: { steps: ['pull', 'up', 'prune'], needsPrepare: true, hungMinutes: 15 } }).start();
+    actor.send({ type: 'PREPARED' });
+    actor.send({ type: 'STEP_DONE', exitCode: 0 });
+    expect(actor.getSnapshot().context).toMatchObject({ stepIndex: 1, exitCode: null });
+    actor.send({ type: 'CANCEL', by: 'amy' });
+    expect(actor.getSnapshot().value).toBe('cancelled');
+    expect(actor.getSnapshot().context.exitCode).toBeNull();
   });
 
   it('stops the running step when cancelled (its cleanup runs)', () => {

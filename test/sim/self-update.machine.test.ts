@@ -21,9 +21,9 @@ const conflictError = Object.assign(new Error('1 deployment job is queued or run
 
 /** The linear preflight: state, its invoke, where success leads, where failure leads. */
 const STEPS: [state: string, invoke: string, next: string, onFail: 'aborted' | 'undoing', output: unknown][] = [
-  ['checking', 'checkPreconditions', 'fetchingCompose', 'aborted', undefined],
-  ['fetchingCompose', 'fetchPublishedCompose', 'pulling', 'aborted', 'services:\n  backend: {}\n'],
-  ['pulling', 'pullTarget', 'taggingRollback', 'aborted', 'img-new'],
+  ['checking', 'checkPreconditions', 'pulling', 'aborted', undefined],
+  ['pulling', 'pullTarget', 'fetchingCompose', 'aborted', 'img-new'],
+  ['fetchingCompose', 'fetchPublishedCompose', 'taggingRollback', 'aborted', 'services:\n  backend: {}\n'],
   ['taggingRollback', 'tagRollback', 'staging', 'undoing', { before: 'img-older' }],
   ['staging', 'stageComposeFile', 'taggingNew', 'undoing', { before: null }],
   ['taggingNew', 'tagNew', 'recording', 'undoing', { before: 'img-stale' }],
@@ -40,7 +40,10 @@ const EVENTS: EventObject[] = [
   ...STEPS.flatMap(([state, id, , , output]) => [done(id, output), fail(id, new Error(`${state} broke`))]),
   done('undoPreflight'),
   fail('undoPreflight', new Error('engine gone')),
+  // The hung guard of every waiting state.
+  ...['resolving', ...STEPS.map(([state]) => state), 'undoing'].map((state) => ({ type: `xstate.after.hungTimeout.selfUpdate.${state}` }) as EventObject),
 ];
+const HUNG = 'No output for 15 minutes — aborted as hung';
 
 interface Expected {
   state: string;
@@ -62,6 +65,19 @@ function model(events: readonly EventObject[]): Expected {
     if (['unresolved', 'newest', 'aborted', 'helperRunning'].includes(state)) break;
     const kind = e.type.startsWith('xstate.done.actor.') ? 'done' : e.type.startsWith('xstate.error.actor.') ? 'error' : 'other';
     const id = e.type.replace(/^xstate\.(done|error)\.actor\./, '');
+    const hungIn = e.type.startsWith('xstate.after.hungTimeout.selfUpdate.') ? e.type.slice('xstate.after.hungTimeout.selfUpdate.'.length) : null;
+    if (hungIn !== null) {
+      // A step that does not finish in time fails like one that errs; a stalled undo is reported.
+      if (hungIn !== state) continue;
+      if (state === 'resolving') [state, failedStep] = ['unresolved', 'resolving'];
+      else if (state === 'undoing') [state, abortCode, undoFailed] = ['aborted', 'preflight', HUNG];
+      else {
+        const step = STEPS.find(([s]) => s === state)!;
+        [failedStep, state] = [state, step[3]];
+        if (state === 'aborted') abortCode = 'preflight';
+      }
+      continue;
+    }
     if (state === 'resolving' && id === 'resolveTarget') {
       if (kind === 'error') [state, failedStep] = ['unresolved', 'resolving'];
       else state = (e as unknown as { output: ResolvedTarget }).output.target.digest === running.digest ? 'newest' : 'checking';
@@ -174,8 +190,14 @@ function realActors(world: World, failAt: string | null, undoBreaks = false) {
   return {
     resolveTarget: fromPromise<ResolvedTarget, undefined>(() => step('resolveTarget', () => ({ running, target: newer }))),
     checkPreconditions: fromPromise<void, { running: RunningImage | null }>(() => step('checkPreconditions', () => {})),
-    fetchPublishedCompose: fromPromise<string, undefined>(() => step('fetchPublishedCompose', () => 'services:\n  backend: {}\n')),
     pullTarget: fromPromise<string, { target: UpdateTarget }>(() => step('pullTarget', () => 'img-new')),
+    // Reads the file out of the image the pull brought in (or PUBLISHED_COMPOSE_URL).
+    fetchPublishedCompose: fromPromise<string, { target: UpdateTarget; imageId: string }>(({ input }) =>
+      step('fetchPublishedCompose', () => {
+        if (input.imageId !== 'img-new' || input.target.channel !== 'dev') throw new Error(`read from ${input.imageId} for ${input.target.channel}: not the pulled target`);
+        return 'services:\n  backend: {}\n';
+      }),
+    ),
     tagRollback: fromPromise<{ before: string | null }, { running: RunningImage }>(({ input }) =>
       step('tagRollback', () => {
         const before = world.tags.get('reg/installer:rollback') ?? null;
@@ -241,7 +263,7 @@ describe('self-update preflight over an in-memory engine', () => {
     expect(world.audit).toEqual([{ id: '1', status: 'started', detail: null }]);
   });
 
-  for (const failAt of ['checkPreconditions', 'fetchPublishedCompose', 'pullTarget', 'tagRollback', 'stageComposeFile', 'tagNew', 'recordAction', 'removeLeftoverHelper', 'spawnHelper']) {
+  for (const failAt of ['checkPreconditions', 'pullTarget', 'fetchPublishedCompose', 'tagRollback', 'stageComposeFile', 'tagNew', 'recordAction', 'removeLeftoverHelper', 'spawnHelper']) {
     it(`a failure at ${failAt} aborts with the rollback tag and the staged file as they were`, async () => {
       const { world, before, snap } = await run(failAt);
       expect(snap.value).toBe('aborted');

@@ -8,7 +8,7 @@ import { AuditTrailPages } from '../../state/actions.ts';
 import { ACTION_KINDS, type ActionKind } from '../../db/schema.ts';
 import type { JobEventRecord } from '../../state/job-events.ts';
 import type { ActionView } from '../ports.ts';
-import { putConfigChanges, pendingConfigChanges } from '../../state/platform-config.ts';
+import { INSTALLER_KEYS, putConfigChanges, pendingConfigChanges } from '../../state/platform-config.ts';
 import { badRequest, conflict, notFound, unavailable } from '../../errors.ts';
 
 export const JOB_ACTIONS = ['deploy', 'restart', 'stop', 'kill', 'pull', 'compose-up', 'apply-config'] as const;
@@ -347,9 +347,11 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
       });
       const pending = await pendingConfigChanges(db, app.deps.sealer);
       const byKey = new Map<string, z.infer<typeof configEntry>>();
-      const show = (key: string, value: string | null) => (value !== null && SECRET_KEY.test(key) ? MASK : value);
-      for (const e of current) byKey.set(e.key, { key: e.key, value: show(e.key, e.value), secret: SECRET_KEY.test(e.key), pending: false });
-      for (const c of pending) byKey.set(c.key, { key: c.key, value: show(c.key, c.value), secret: SECRET_KEY.test(c.key), pending: true });
+      // The installer's own keys (its address and the service token) are masked whatever their name says.
+      const secret = (key: string) => SECRET_KEY.test(key) || INSTALLER_KEYS.includes(key);
+      const show = (key: string, value: string | null) => (value !== null && secret(key) ? MASK : value);
+      for (const e of current) byKey.set(e.key, { key: e.key, value: show(e.key, e.value), secret: secret(e.key), pending: false });
+      for (const c of pending) byKey.set(c.key, { key: c.key, value: show(c.key, c.value), secret: secret(c.key), pending: true });
       return { entries: [...byKey.values()] };
     },
   );
@@ -373,7 +375,10 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
           })
           .refine((b) => Object.keys(b.set).length + b.unset.length > 0, 'name at least one key to set or unset')
           .refine((b) => Object.keys(b.set).length <= 200, 'at most 200 keys at once')
-          .refine((b) => !b.unset.some((k) => k in b.set), 'a key cannot be both set and unset'),
+          .refine((b) => !b.unset.some((k) => k in b.set), 'a key cannot be both set and unset')
+          .refine((b) => ![...Object.keys(b.set), ...b.unset].some((k) => INSTALLER_KEYS.includes(k)), {
+            error: `${INSTALLER_KEYS.join(' and ')} are written by the installer on every deploy and apply-config; they cannot be set or unset here`,
+          }),
         response: { 202: z.object({ pending: z.array(z.string()) }) },
       },
     },

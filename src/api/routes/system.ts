@@ -5,11 +5,11 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { resolveChannel } from '../../config.ts';
-import { getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, SelfUpdateConflict, updateSelfUpdate, type SelfUpdateView } from '../../state/self-update.ts';
+import { failedTargetWarning, getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, SelfUpdateConflict, updateSelfUpdate, type SelfUpdateView } from '../../state/self-update.ts';
 import { AppError, badRequest, conflict, unavailable } from '../../errors.ts';
 
 const lastUpdateSchema = z.object({
-  status: z.string().nullable().describe('started, completed, rolled-back or neither; null if never updated'),
+  status: z.string().nullable().describe('started, completed, rolled-back, neither or undecided; null if never updated'),
   detail: z.string().nullable(),
   at: z.string().nullable(),
   targetDigest: z.string().nullable(),
@@ -21,6 +21,7 @@ const checkSchema = z.object({
   remoteDigest: z.string().nullable(),
   composeChanged: z.boolean().nullable(),
   error: z.string().optional(),
+  warning: z.string().optional().describe('present when the remote digest is the build the last update tried and did not keep (it rolled back)'),
   lastUpdate: lastUpdateSchema,
 });
 
@@ -59,27 +60,32 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
         if (!port) return (errors.push('self-update is not available in this process'), null);
         if (!channel) return (errors.push(`the channel is unknown: INSTALLER_CHANNEL is not set and the running tag (${version.tag ?? 'none'}) has no channel prefix`), null);
         try {
-          return await port.remoteDigest(`${repository}:${channel}-latest`);
+          return await port.remoteDigest(`${repository}:${channel}-latest`, currentDigest);
         } catch (err) {
-          errors.push(`registry unreachable: ${(err as Error).message}`);
+          const missing = (err as { code?: string }).code === 'registry-not-found';
+          errors.push(`${missing ? 'not in the registry' : 'registry unreachable'}: ${(err as Error).message}`);
           return null;
         }
       })();
       const compose = (async (): Promise<boolean | null> => {
         if (!port) return null;
-        const [local, published] = await Promise.allSettled([port.localComposeFile(), port.publishedComposeFile()]);
+        // Without PUBLISHED_COMPOSE_URL the published file is the one the newest image ships.
+        const published = remote.then((digest) => port.publishedComposeFile(channel, digest));
+        const [local, fetched] = await Promise.allSettled([port.localComposeFile(), published]);
         if (local.status === 'rejected') errors.push(`local compose file unreadable: ${(local.reason as Error).message}`);
-        if (published.status === 'rejected') errors.push(`published compose file unavailable: ${(published.reason as Error).message}`);
-        if (local.status === 'rejected' || published.status === 'rejected') return null;
-        return local.value !== published.value;
+        if (fetched.status === 'rejected') errors.push(`published compose file unavailable: ${(fetched.reason as Error).message}`);
+        if (local.status === 'rejected' || fetched.status === 'rejected') return null;
+        return local.value !== fetched.value;
       })();
       const [remoteDigest, composeChanged, last] = await Promise.all([remote, compose, lastUpdate(db)]);
+      const warning = failedTargetWarning(last, remoteDigest);
       return {
         updateAvailable: currentDigest !== null && remoteDigest !== null && currentDigest !== remoteDigest,
         currentDigest,
         remoteDigest,
         composeChanged,
         ...(errors.length ? { error: errors.join('; ') } : {}),
+        ...(warning ? { warning } : {}),
         lastUpdate: last,
       };
     },

@@ -9,6 +9,8 @@ export interface Me {
   kind: 'user' | 'service';
   username: string;
   role: Role;
+  /** A user whose password someone else chose must choose their own before anything else. */
+  mustChangePassword?: boolean;
 }
 
 export const hasRole = (me: Me | null, least: Role): boolean => !!me && RANK[me.role] >= RANK[least];
@@ -146,6 +148,8 @@ export interface SelfUpdateCheck {
   remoteDigest: string | null;
   composeChanged: boolean | null;
   error?: string;
+  /** The remote build is the one the last update tried and did not keep. */
+  warning?: string;
   lastUpdate?: LastUpdate;
 }
 

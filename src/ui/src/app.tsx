@@ -12,6 +12,8 @@ import { AuditPage } from './pages/audit.tsx';
 import { LogsPage } from './pages/logs.tsx';
 import { MachinesPage } from './pages/machines.tsx';
 import { MigratePage } from './pages/migrate.tsx';
+import { PasswordPage } from './pages/password.tsx';
+import { UsersPage } from './pages/users.tsx';
 
 export interface AppState {
   me: Me;
@@ -64,10 +66,12 @@ export function App() {
       />
     );
   }
-  return <SignedIn me={me} onSignOut={() => (session.clear(), setMe(null), navigate('/login', { replace: true }))} />;
+  const signOut = () => (session.clear(), setMe(null), navigate('/login', { replace: true }));
+  if (me.mustChangePassword) return <PasswordPage me={me} forced onChanged={setMe} onSignOut={signOut} />;
+  return <SignedIn me={me} onMe={setMe} onSignOut={signOut} />;
 }
 
-function SignedIn(props: { me: Me; onSignOut: () => void }) {
+function SignedIn(props: { me: Me; onMe: (me: Me) => void; onSignOut: () => void }) {
   const { me } = props;
   const loc = useLocation();
   const [check, setCheck] = useState<SelfUpdateCheck | null>(null);
@@ -89,6 +93,7 @@ function SignedIn(props: { me: Me; onSignOut: () => void }) {
     { href: '/logs', label: 'Logs' },
     { href: '/machines', label: 'Machine state' },
     { href: '/migrate', label: 'Host migration', least: 'admin' },
+    { href: '/users', label: 'Users', least: 'admin' },
   ];
   const active = (href: string) => (href === '/' ? loc.path === '/' || loc.path.startsWith('/jobs/') : loc.path.startsWith(href));
 
@@ -100,6 +105,8 @@ function SignedIn(props: { me: Me; onSignOut: () => void }) {
   else if (loc.path === '/logs') page = <LogsPage />;
   else if (loc.path === '/machines') page = <MachinesPage />;
   else if (loc.path === '/migrate') page = hasRole(me, 'admin') ? <MigratePage /> : <NotAllowed least="admin" />;
+  else if (loc.path === '/users') page = hasRole(me, 'admin') ? <UsersPage me={me} /> : <NotAllowed least="admin" />;
+  else if (loc.path === '/password' && me.kind === 'user') page = <PasswordPage me={me} onChanged={props.onMe} />;
   else page = <NotFound />;
 
   return (
@@ -122,6 +129,11 @@ function SignedIn(props: { me: Me; onSignOut: () => void }) {
           <span class="user" data-testid="user">
             {me.username} <span class="role">{me.role}</span>
           </span>
+          {me.kind === 'user' && (
+            <Link href="/password" class={`btn ghost${loc.path === '/password' ? ' active' : ''}`} title="Change your password">
+              Password
+            </Link>
+          )}
           <button type="button" class="btn ghost" onClick={props.onSignOut}>
             Sign out
           </button>

@@ -5,7 +5,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 const TONE: Record<string, string> = {
   running: 'ok', healthy: 'ok', completed: 'ok', ok: 'ok', up: 'ok',
   queued: 'info', started: 'info', starting: 'warn', restarting: 'warn', created: 'info', paused: 'warn',
-  exited: 'muted', dead: 'bad', removing: 'warn', unhealthy: 'bad', failed: 'bad', 'rolled-back': 'warn', neither: 'bad',
+  exited: 'muted', dead: 'bad', removing: 'warn', unhealthy: 'bad', failed: 'bad', 'rolled-back': 'warn', neither: 'bad', undecided: 'bad',
 };
 
 export function Badge(props: { value: string | null | undefined; title?: string }) {

@@ -16,15 +16,16 @@ export function UpdatePill(props: { check: SelfUpdateCheck | null; onStarted: (r
     );
   }
   if (!c?.updateAvailable) return null;
-  const tooltip = `Current: ${c.currentDigest ?? 'unknown'}\nRemote: ${c.remoteDigest ?? 'unknown'}`;
+  const tooltip = `Current: ${c.currentDigest ?? 'unknown'}\nRemote: ${c.remoteDigest ?? 'unknown'}${c.warning ? `\n${c.warning}` : ''}`;
   return (
     <>
       <button type="button" class="pill pill-update" data-testid="update-pill" title={tooltip} aria-describedby="update-pill-tip" onClick={() => setOpen(true)}>
         <span class="pill-dot" aria-hidden="true" />
-        Manager update available
+        {c.warning ? 'Manager update rolled back' : 'Manager update available'}
         <span class="pill-tip" id="update-pill-tip" role="tooltip">
           <span>Current: {c.currentDigest ?? 'unknown'}</span>
           <span>Remote: {c.remoteDigest ?? 'unknown'}</span>
+          {c.warning && <span data-testid="update-warning">{c.warning}</span>}
         </span>
       </button>
       {open && <UpdateDialog check={c} onClose={() => setOpen(false)} onStarted={(r) => (setOpen(false), props.onStarted(r))} />}
@@ -75,6 +76,11 @@ function UpdateDialog(props: { check: SelfUpdateCheck; onClose: () => void; onSt
           back.
         </li>
       </ul>
+      {props.check.warning && (
+        <p class="notice warn" data-testid="update-dialog-warning">
+          <strong>This build did not stick last time:</strong> {props.check.warning}
+        </p>
+      )}
       {props.check.composeChanged && <p class="muted">The published compose file differs from this install's; the update installs the published one.</p>}
     </Dialog>
   );

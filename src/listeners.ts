@@ -1,0 +1,119 @@
+// The installer's listeners (docs/adr/0020-https-listeners.md): plain HTTP on HOST:PORT, for
+// loopback, the container healthcheck and the control plane on the internal `platform` network;
+// and, with HTTPS_PORT, HTTPS on HOST:HTTPS_PORT, the port the compose files publish on the host.
+// Plain HTTP that reaches the HTTPS port is answered there, never routed: a browser's page load is
+// redirected to https:// on the same host and port, anything else gets a 400 naming the URL to use.
+import http from 'node:http';
+import https from 'node:https';
+import net from 'node:net';
+import type { AddressInfo } from 'node:net';
+import type { FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import type { Settings } from './config.ts';
+import type { TlsMaterial } from './adapters/tls.ts';
+
+/** The first byte of every TLS connection: a handshake record. */
+const TLS_HANDSHAKE = 0x16;
+/** A connection that sends nothing is dropped after this long. */
+const FIRST_BYTE_TIMEOUT_MS = 10_000;
+
+export interface Listeners {
+  /** `http://host:port` of the plain HTTP listener. */
+  httpAddress: string;
+  /** `https://host:port` of the HTTPS listener; null without HTTPS_PORT. */
+  httpsAddress: string | null;
+  /** Stops accepting on both, closes the app, then ends what is left of the HTTPS connections. */
+  close(): Promise<void>;
+}
+
+/** The Strict-Transport-Security value for this certificate: only for the operator's own, never for a generated one. */
+export function hstsHeader(tls: Pick<TlsMaterial, 'source'>, maxAgeSeconds: number): string | null {
+  return tls.source === 'operator' && maxAgeSeconds > 0 ? `max-age=${maxAgeSeconds}` : null;
+}
+
+const HOST_HEADER = /^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$/;
+
+/** Answers plain HTTP that reached the HTTPS port. */
+export function answerPlainHttp(req: http.IncomingMessage, res: http.ServerResponse): void {
+  const host = req.headers.host;
+  const url = req.url ?? '/';
+  const target = host && HOST_HEADER.test(host) && url.startsWith('/') ? `https://${host}${url}` : null;
+  res.setHeader('connection', 'close');
+  // A page load is redirected. A call of the API is refused: its token or password has already
+  // crossed the network in clear, and following a redirect would hide that from the caller.
+  if (target && (req.method === 'GET' || req.method === 'HEAD') && !url.startsWith('/api/') && url !== '/api') {
+    res.writeHead(301, { location: target, 'content-type': 'text/plain; charset=utf-8' });
+    res.end(req.method === 'HEAD' ? undefined : `This port speaks HTTPS: ${target}\n`);
+    return;
+  }
+  const message = `this port speaks HTTPS, not plain HTTP: use ${target ? new URL(target).origin : 'https://'}`;
+  res.writeHead(400, { 'content-type': 'application/json; charset=utf-8' });
+  res.end(JSON.stringify({ statusCode: 400, error: 'Bad Request', message, code: 'https_required' }));
+}
+
+function urlOf(scheme: 'http' | 'https', address: AddressInfo): string {
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return `${scheme}://${host}:${address.port}`;
+}
+
+/**
+ * Serves `app` on HOST:PORT over HTTP and, when `tls` is given, on HOST:HTTPS_PORT over HTTPS.
+ * Both reach the same routes (Fastify's `routing`), so every hook, limit and log line is shared.
+ */
+export async function startListeners(app: FastifyInstance, settings: Pick<Settings, 'HOST' | 'PORT' | 'HTTPS_PORT' | 'HSTS_MAX_AGE_SECONDS'>, tls: TlsMaterial | null, logger: Logger): Promise<Listeners> {
+  const httpAddress = await app.listen({ host: settings.HOST, port: settings.PORT });
+  if (!tls || settings.HTTPS_PORT === undefined) {
+    return { httpAddress, httpsAddress: null, close: () => app.close() };
+  }
+
+  const hsts = hstsHeader(tls, settings.HSTS_MAX_AGE_SECONDS);
+  const secure = https.createServer({ key: tls.key, cert: tls.cert, minVersion: 'TLSv1.2' }, (req, res) => {
+    if (hsts) res.setHeader('strict-transport-security', hsts);
+    app.routing(req, res);
+  });
+  // The same timeouts as the plain listener Fastify made.
+  secure.keepAliveTimeout = app.server.keepAliveTimeout;
+  secure.requestTimeout = app.server.requestTimeout;
+  secure.headersTimeout = app.server.headersTimeout;
+  secure.on('tlsClientError', (err) => logger.debug({ err: { message: err.message, code: (err as NodeJS.ErrnoException).code } }, 'TLS handshake failed'));
+  const plain = http.createServer({ requestTimeout: FIRST_BYTE_TIMEOUT_MS, headersTimeout: FIRST_BYTE_TIMEOUT_MS }, answerPlainHttp);
+  plain.keepAliveTimeout = 0;
+
+  // One port, two protocols: the first byte tells a TLS handshake from plain HTTP.
+  const open = new Set<net.Socket>();
+  const front = net.createServer((socket) => {
+    open.add(socket);
+    socket.once('close', () => open.delete(socket));
+    socket.on('error', () => {}); // a reset before the first byte is nobody's error
+    socket.setTimeout(FIRST_BYTE_TIMEOUT_MS, () => socket.destroy());
+    socket.once('data', (first: Buffer) => {
+      socket.pause();
+      socket.setTimeout(0);
+      socket.unshift(first);
+      (first[0] === TLS_HANDSHAKE ? secure : plain).emit('connection', socket);
+      process.nextTick(() => socket.resume());
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    front.once('error', reject);
+    front.listen({ host: settings.HOST, port: settings.HTTPS_PORT }, () => {
+      front.off('error', reject);
+      front.on('error', (err) => logger.error({ err }, 'HTTPS listener failed'));
+      resolve();
+    });
+  });
+  const httpsAddress = urlOf('https', front.address() as AddressInfo);
+
+  return {
+    httpAddress,
+    httpsAddress,
+    async close() {
+      const stopped = new Promise<void>((resolve) => front.close(() => resolve()));
+      secure.closeIdleConnections();
+      await app.close();
+      // What the app could not end itself (an open stream, a handshake never finished) ends now.
+      for (const socket of open) socket.destroy();
+      await stopped;
+    },
+  };
+}
