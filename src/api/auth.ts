@@ -1,9 +1,9 @@
 // Authentication and roles for every /api route. A route declares `config.access`: 'public' or the
 // least role it needs (viewer < operator < admin); API routes default to 'viewer' (any signed-in
 // caller). A bearer token is either a JWT issued by /api/auth/login or the service token. A JWT
-// works while its `gen` is the user's current token generation and the user is enabled
-// (docs/adr/0016-user-management.md); a user who must choose a password reaches only the routes
-// marked `config.passwordChange`.
+// works while its `uid` names the user's row, its `gen` is that user's current token generation,
+// and the user is enabled (docs/adr/0016-user-management.md); a user who must choose a password
+// reaches only the routes marked `config.passwordChange`.
 import fp from 'fastify-plugin';
 import fastifyJwt from '@fastify/jwt';
 import { hash, timingSafeEqual } from 'node:crypto';
@@ -31,8 +31,8 @@ declare module 'fastify' {
 
 declare module '@fastify/jwt' {
   interface FastifyJWT {
-    payload: { sub: string; role: Role; gen: number };
-    user: { sub: string; role: Role; gen: number; iat: number; exp: number };
+    payload: { sub: string; uid: number; role: Role; gen: number };
+    user: { sub: string; uid: number; role: Role; gen: number; iat: number; exp: number };
   }
 }
 
@@ -66,6 +66,7 @@ const ROLES: readonly Role[] = ['viewer', 'operator', 'admin'];
 
 interface Claims {
   sub?: unknown;
+  uid?: unknown;
   role?: unknown;
   gen?: unknown;
   exp?: unknown;
@@ -122,7 +123,7 @@ export const authPlugin = fp(
 
     /** The signed-in user as the directory knows them now; a changed, disabled or removed one is refused. */
     function admit(claims: Claims & { sub: string }, standing: UserStanding | null): Principal {
-      if (!standing || standing.disabled || claims.gen !== standing.tokenGeneration) {
+      if (!standing || standing.disabled || claims.uid !== standing.id || claims.gen !== standing.tokenGeneration) {
         throw unauthenticated('this token no longer works (the user was changed, disabled or removed): sign in again');
       }
       return { kind: 'user', username: claims.sub, role: standing.role, mustChangePassword: standing.mustChangePassword };

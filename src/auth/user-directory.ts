@@ -15,6 +15,8 @@ export const ECHO_WAIT_MS = 1_000;
 export const ECHO_GRACE_MS = 50;
 
 export interface UserStanding {
+  /** The user row's id: a user removed and added again under the same name is another user. */
+  id: number;
   role: Role;
   disabled: boolean;
   mustChangePassword: boolean;
@@ -157,5 +159,5 @@ export class UserDirectory {
 }
 
 function standingOf(r: UserStanding): UserStanding {
-  return { role: r.role, disabled: r.disabled, mustChangePassword: r.mustChangePassword, tokenGeneration: r.tokenGeneration };
+  return { id: r.id, role: r.role, disabled: r.disabled, mustChangePassword: r.mustChangePassword, tokenGeneration: r.tokenGeneration };
 }

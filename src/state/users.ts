@@ -84,6 +84,8 @@ export function passwordProblem(password: string): string | null {
 
 /** What the API and the token check know of a user: never the hash. */
 export interface UserView {
+  /** The row's id: tokens name it as `uid`, so a user deleted and added again under the same name gets none of the old tokens. */
+  id: number;
   username: string;
   role: Role;
   disabled: boolean;
@@ -97,6 +99,7 @@ type Db = Kysely<DB> | Transaction<DB>;
 
 function view(u: User): UserView {
   return {
+    id: u.id,
     username: u.username,
     role: u.role,
     disabled: u.disabled_at !== null,

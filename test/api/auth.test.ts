@@ -76,8 +76,10 @@ describe('bearer tokens', () => {
 
   it('a token accepted before (and so remembered) is refused once it expires', async () => {
     const exp = Math.floor(Date.now() / 1000) + 2;
-    // gen: the admin's token generation (1 until its password, role or status changes).
-    const shortLived = createSigner({ key: TEST_SECRETS.JWT_SECRET })({ sub: 'admin', role: 'admin', gen: 1, exp });
+    // uid: the admin's row id, as a token from sign-in names it; gen: the admin's token generation
+    // (1 until its password, role or status changes).
+    const { uid } = JSON.parse(Buffer.from((await t.token('admin')).split('.')[1]!, 'base64url').toString()) as { uid: number };
+    const shortLived = createSigner({ key: TEST_SECRETS.JWT_SECRET })({ sub: 'admin', uid, role: 'admin', gen: 1, exp });
     for (let i = 0; i < 3; i++) expect((await get('/api/version', { authorization: `Bearer ${shortLived}` })).statusCode).toBe(200);
     await new Promise((r) => setTimeout(r, exp * 1000 - Date.now() + 50));
     const late = await get('/api/version', { authorization: `Bearer ${shortLived}` });

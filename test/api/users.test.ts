@@ -123,6 +123,15 @@ describe('users from the API', () => {
     expect((await call('GET', '/api/auth/me', afterReset.token)).statusCode).toBe(401);
     expect((await login('fred', 'fred-temporary-01')).statusCode).toBe(401);
     expect((await call('DELETE', '/api/users/fred', admin)).statusCode).toBe(404);
+    // Added again under the same name, fred is another user: a token of the removed one (whose
+    // generation the new row starts at) still does not work.
+    const firstOfNew = await call('POST', '/api/users', admin, { username: 'fred', role: 'admin', password: 'temporary-password-1' });
+    expect(firstOfNew.statusCode, firstOfNew.body).toBe(201);
+    const readded = await call('PATCH', '/api/users/fred', admin, { role: 'viewer' });
+    expect(readded.statusCode, readded.body).toBe(200);
+    expect((await call('GET', '/api/auth/me', afterReset.token)).statusCode).toBe(401);
+    expect((await call('GET', '/api/auth/me', fred)).statusCode).toBe(401);
+    expect((await call('DELETE', '/api/users/fred', admin)).statusCode).toBe(200);
     expect((await call('PATCH', '/api/users/nobody', admin, { role: 'viewer' })).json()).toMatchObject({ statusCode: 404, message: 'no user nobody' });
   });
 
@@ -206,5 +215,22 @@ describe('sign-in throttling per user name', () => {
     expect(locked.json().message).toMatch(/try again in \d+ s/);
     // Another user name is not affected.
     expect((await login('viewer', PASSWORDS.viewer)).statusCode).toBe(200);
+  });
+
+  it('wrong current passwords on a password change count against the same user name', async () => {
+    const token = await onboard('kurt', 'viewer', 'kurt-password-01');
+    const codes: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      codes.push((await call('PUT', '/api/auth/password', token, { currentPassword: `guess-number-${i}`, newPassword: 'kurt-password-02' })).statusCode);
+    }
+    codes.push((await login('kurt', 'guess-number-3')).statusCode);
+    expect(codes).toEqual([403, 403, 403, 401]);
+    // Four failures in all: the right current password and the right sign-in are both refused now.
+    const change = await call('PUT', '/api/auth/password', token, { currentPassword: 'kurt-password-01', newPassword: 'kurt-password-02' });
+    expect(change.statusCode).toBe(429);
+    expect(Number(change.headers['retry-after'])).toBeGreaterThan(0);
+    expect(change.json().message).toMatch(/try again in \d+ s/);
+    expect((await login('kurt', 'kurt-password-01')).statusCode).toBe(429);
+    expect((await call('GET', '/api/auth/me', token)).statusCode).toBe(200); // the password did not change
   });
 });

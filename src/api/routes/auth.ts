@@ -1,9 +1,9 @@
 // Sign-in for local users, and a user changing their own password. Tokens are JWTs that expire
 // (TOKEN_TTL_SECONDS) and name the user's token generation. Sign-in is rate limited per client
-// address, and failed sign-ins are counted per user name across all addresses
-// (docs/adr/0016-user-management.md).
+// address, and failed sign-ins (and wrong current passwords) are counted per user name across all
+// addresses (docs/adr/0016-user-management.md).
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import type { FastifyReply } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { changeOwnPassword, verifyCredentials, USERNAME_MAX, type UserView } from '../../state/users.ts';
 import { AppError, badRequest, forbidden, unauthenticated } from '../../errors.ts';
@@ -42,14 +42,24 @@ function tooManyAttempts(reply: FastifyReply, seconds: number): AppError {
 
 export const authRoutes: FastifyPluginAsyncZod = async (app) => {
   // Failed sign-ins per user name, whatever the address (the route's own limit is per address).
+  // A wrong current password on a password change counts against the same user name: a stolen
+  // token must not become a way to guess the password without the limit.
   const failuresOf = app.createRateLimit({
     max: app.deps.settings.LOGIN_FAILURES_PER_USER_PER_MINUTE,
     timeWindow: 60_000,
-    keyGenerator: (req) => `sign-in-failures:${(req.body as { username: string }).username}`,
+    keyGenerator: (req) => `sign-in-failures:${(req.body as { username?: string }).username ?? (req.principal?.kind === 'user' ? req.principal.username : '')}`,
   });
+  /** Throws 429 while the user name has used up its failures. */
+  const refuseWhileThrottled = async (req: FastifyRequest, reply: FastifyReply, username: string) => {
+    const before = await failuresOf(req, { increment: false });
+    if (!before.isAllowed && before.remaining === 0 && before.ttl > 0) {
+      req.log.info({ username }, 'refused: too many failed passwords for this user name');
+      throw tooManyAttempts(reply, before.ttlInSeconds);
+    }
+  };
 
-  const issue = (user: Pick<UserView, 'username' | 'role' | 'mustChangePassword' | 'tokenGeneration'>) => {
-    const token = app.jwt.sign({ sub: user.username, role: user.role, gen: user.tokenGeneration });
+  const issue = (user: Pick<UserView, 'id' | 'username' | 'role' | 'mustChangePassword' | 'tokenGeneration'>) => {
+    const token = app.jwt.sign({ sub: user.username, uid: user.id, role: user.role, gen: user.tokenGeneration });
     const { exp } = app.jwt.decode<{ exp: number }>(token)!;
     return {
       token,
@@ -74,11 +84,7 @@ export const authRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const before = await failuresOf(req, { increment: false });
-      if (!before.isAllowed && before.remaining === 0 && before.ttl > 0) {
-        req.log.info({ username: req.body.username }, 'sign-in refused: too many failures for this user name');
-        throw tooManyAttempts(reply, before.ttlInSeconds);
-      }
+      await refuseWhileThrottled(req, reply, req.body.username);
       const user = await verifyCredentials(app.deps.database.db, req.body.username, req.body.password);
       if (!user) {
         await failuresOf(req);
@@ -90,7 +96,7 @@ export const authRoutes: FastifyPluginAsyncZod = async (app) => {
         throw forbidden('this user is disabled: ask an admin');
       }
       req.log.info({ username: user.username }, 'signed in');
-      return issue({ username: user.username, role: user.role, mustChangePassword: user.must_change_password, tokenGeneration: user.token_generation });
+      return issue({ id: user.id, username: user.username, role: user.role, mustChangePassword: user.must_change_password, tokenGeneration: user.token_generation });
     },
   );
 
@@ -119,14 +125,16 @@ export const authRoutes: FastifyPluginAsyncZod = async (app) => {
         response: { 200: tokenSchema },
       },
     },
-    async (req) => {
+    async (req, reply) => {
       const p = req.principal!;
       if (p.kind !== 'user') throw forbidden('the service token has no password: rotate its file instead (docs/access.md)');
       if (req.body.newPassword === req.body.currentPassword) throw badRequest('newPassword must differ from currentPassword');
+      await refuseWhileThrottled(req, reply, p.username);
       // A wrong current password throws out of the write, so nobody waits for a notice never sent.
       const user = await app.users.applying(p.username, async () => {
         const changed = await changeOwnPassword(app.deps.database.db, p.username, req.body.currentPassword, req.body.newPassword);
         if (!changed) {
+          await failuresOf(req);
           req.log.info({ actor: p.username }, 'password change refused: wrong current password');
           throw forbidden('the current password is wrong');
         }
