@@ -1,7 +1,7 @@
 // The Users page and password changes in real headless Chromium against the real backend: an
 // admin adds a user, who must choose a password at first sign-in; a role change signs that user
-// out at once; the last admin is kept; reset and removal go through their dialogs; every user
-// changes their own password.
+// out at once; the last admin is kept; disabling refuses a user's sign-in until enabled again;
+// reset and removal go through their dialogs; every user changes their own password.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Page } from 'playwright-core';
 import { startTestApp, PASSWORDS, type TestApp } from '../helpers/app.ts';
@@ -85,7 +85,7 @@ describe('users in the UI', () => {
     }
   }, 120_000);
 
-  it('keeps the last admin, and resets and removes users through their dialogs', async () => {
+  it('keeps the last admin, disables and enables a user, and resets and removes users through their dialogs', async () => {
     const { context, page } = await newPage(browser);
     try {
       await signIn(page, base, 'admin', '/users');
@@ -95,6 +95,18 @@ describe('users in the UI', () => {
       await row(page, 'admin').getByLabel('Role of admin').selectOption('viewer');
       await poll(() => page.getByRole('alert').first().textContent()).toContain('the last admin');
       await poll(() => row(page, 'admin').getByLabel('Role of admin').inputValue()).toBe('admin');
+
+      // Disabling lena signs her out and refuses her sign-in; enabling her lets her back in.
+      await row(page, 'lena').getByRole('button', { name: 'Disable' }).click();
+      await poll(() => page.getByTestId('users-notice').textContent()).toContain('lena is disabled and signed out');
+      await poll(() => row(page, 'lena').textContent()).toContain('disabled');
+      const refused = await t.app.inject({ method: 'POST', url: '/api/auth/login', payload: { username: 'lena', password: 'lena-own-password' } });
+      expect(refused.statusCode).toBe(403);
+      await row(page, 'lena').getByRole('button', { name: 'Enable' }).click();
+      await poll(() => page.getByTestId('users-notice').textContent()).toContain('lena is enabled');
+      await poll(() => row(page, 'lena').getByRole('button', { name: 'Disable' }).count()).toBe(1);
+      const back = await t.app.inject({ method: 'POST', url: '/api/auth/login', payload: { username: 'lena', password: 'lena-own-password' } });
+      expect(back.statusCode).toBe(200);
 
       await row(page, 'lena').getByRole('button', { name: 'Reset password…' }).click();
       const reset = page.getByTestId('reset-password');
