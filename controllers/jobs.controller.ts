@@ -394,7 +394,7 @@ export class JobsController {
           void run.exited.then((code) => {
             exited = true;
             if (code === 0) sendBack({ type: 'COPIED' });
-            else sendBack({ type: 'COPY_FAILED', message: `copying migrate-host.sh to ${scriptPath} on the host failed (exit ${code})` });
+            else sendBack({ type: 'COPY_FAILED', exitCode: code, message: `copying migrate-host.sh to ${scriptPath} on the host failed (exit ${code})` });
           });
         },
         (err: Error) => sendBack({ type: 'COPY_FAILED', message: err.message }),
