@@ -7,7 +7,7 @@ import type { AnyStateMachine } from 'xstate';
 import { toDirectedGraph } from 'xstate/graph';
 import type { DirectedGraphNode } from 'xstate/graph';
 import type { DB } from './db/schema.ts';
-import type { ChartEdge, ChartInstance, ChartNode, ChartView, MachinesPort } from './api/ports.ts';
+import type { ChartEdge, ChartInstance, ChartNode, ChartView, MachinesPort } from './contracts/ports.ts';
 import { listJobs, type JobView } from './state/jobs.ts';
 import { listSelfUpdates, SPAWNED, type SelfUpdateView } from './state/self-update.ts';
 import { jobMachine, JOB_CHART_VERSION } from '../machines/job.machine.ts';

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
-import type { RuntimePort, SelfUpdatePort } from '../api/ports.ts';
+import type { RuntimePort, SelfUpdatePort } from '../contracts/ports.ts';
 
 export const HELPER_NAME = 'installer-self-updater';
 export const HELPER_SCRIPT = '/usr/src/app/scripts/self-update.sh';

@@ -7,7 +7,7 @@ import { createJob, getJob, listJobs, requestCancel, type JobView } from '../../
 import { AuditTrailPages } from '../../state/actions.ts';
 import { ACTION_KINDS, type ActionKind } from '../../db/schema.ts';
 import type { JobEventRecord } from '../../state/job-events.ts';
-import type { ActionView } from '../ports.ts';
+import type { ActionView } from '../../contracts/ports.ts';
 import { INSTALLER_KEYS, putConfigChanges, pendingConfigChanges } from '../../state/platform-config.ts';
 import { badRequest, conflict, notFound, unavailable } from '../../errors.ts';
 
