@@ -89,11 +89,17 @@ async function expectAccessible(page: Page, where: string): Promise<void> {
 
 /** The document is no wider than the viewport: no page-level horizontal scroll. */
 async function expectNoSideScroll(page: Page, where: string): Promise<void> {
-  const { scroll, client } = await page.evaluate(() => {
+  const { scroll, client, wide } = await page.evaluate(() => {
     const { document } = globalThis as unknown as PageGlobals;
-    return { scroll: document.scrollingElement!.scrollWidth, client: document.scrollingElement!.clientWidth };
+    const root = document.scrollingElement!;
+    // The outermost elements that reach past the right edge, to name the culprit.
+    const wide = [...document.querySelectorAll('body *')]
+      .filter((el) => el.getBoundingClientRect().right > root.clientWidth + 0.5 && !el.parentElement?.closest('.table-scroll, .chart-scroll, .output'))
+      .slice(0, 5)
+      .map((el) => `${el.tagName.toLowerCase()}.${el.getAttribute('class') ?? ''} (right ${Math.round(el.getBoundingClientRect().right)})`);
+    return { scroll: root.scrollWidth, client: root.clientWidth, wide };
   });
-  expect(scroll, `${where}: the page is ${scroll}px wide in a ${client}px viewport`).toBeLessThanOrEqual(PHONE.width);
+  expect(scroll, `${where}: the page is ${scroll}px wide in a ${client}px viewport: ${wide.join(', ')}`).toBeLessThanOrEqual(PHONE.width);
 }
 
 describe('UI basics', () => {

@@ -105,9 +105,12 @@ export async function shoot(page: Page, name: string, opts: { doc?: boolean; ful
 export interface PageElement {
   tagName: string;
   textContent: string | null;
+  parentElement: PageElement | null;
   getAttribute(name: string): string | null;
+  getBoundingClientRect(): { left: number; right: number; top: number; bottom: number };
   contains(other: PageElement | null): boolean;
   matches(selector: string): boolean;
+  closest(selector: string): PageElement | null;
 }
 export interface PageGlobals {
   document: {
@@ -115,7 +118,7 @@ export interface PageGlobals {
     documentElement: PageElement;
     scrollingElement: { scrollWidth: number; clientWidth: number } | null;
     querySelector(selector: string): PageElement | null;
-    querySelectorAll(selector: string): { length: number };
+    querySelectorAll(selector: string): Iterable<PageElement> & { length: number };
   };
   getComputedStyle(el: PageElement): { colorScheme: string };
 }

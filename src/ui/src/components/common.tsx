@@ -91,6 +91,8 @@ export function Dialog(props: {
   );
 }
 
+const FOCUSABLE = 'a[href], button, input, select, textarea, [tabindex]:not([tabindex="-1"])';
+
 /**
  * Opens the `<dialog>` it is attached to with `showModal()` while mounted. `onEscape` decides what
  * Escape does: true when the owner closes it (by unmounting), false to keep it open. On unmount,
@@ -116,13 +118,32 @@ export function useModal(onEscape: () => boolean) {
       if (closing) return;
       if (!escape.current() && d.isConnected) d.showModal();
     };
+    // Tab from the last control goes to the first, Shift+Tab from the first to the last: focus
+    // never leaves for the (inert) page behind.
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key !== 'Tab') return;
+      const all = [...d.querySelectorAll<HTMLElement>(FOCUSABLE)].filter((el) => !el.matches(':disabled') && el.getClientRects().length > 0);
+      const first = all[0];
+      const last = all.at(-1);
+      if (!first || !last) return e.preventDefault();
+      const at = document.activeElement;
+      if (e.shiftKey && (at === first || !d.contains(at))) {
+        e.preventDefault();
+        last.focus();
+      } else if (!e.shiftKey && (at === last || !d.contains(at))) {
+        e.preventDefault();
+        first.focus();
+      }
+    };
     d.addEventListener('cancel', onCancel);
     d.addEventListener('close', onClose);
+    d.addEventListener('keydown', onKey);
     if (!d.open) d.showModal();
     return () => {
       closing = true;
       d.removeEventListener('cancel', onCancel);
       d.removeEventListener('close', onClose);
+      d.removeEventListener('keydown', onKey);
       if (d.open) d.close();
       const back = opener?.isConnected && !(opener as HTMLButtonElement).disabled ? opener : document.querySelector<HTMLElement>('main h1');
       back?.focus();
