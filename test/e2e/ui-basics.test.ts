@@ -189,6 +189,12 @@ describe('UI basics', () => {
   it('opens every dialog as a native modal <dialog>: focus stays inside, Escape closes, focus returns to the opener', async () => {
     const { context, page } = await newPage(browser);
     try {
+      // A newer installer build, so that the header offers the update (its dialog is checked last).
+      await page.route('**/api/system/self-update-check', (route) =>
+        route.fulfill({
+          json: { updateAvailable: true, currentDigest: `sha256:${'a1'.repeat(32)}`, remoteDigest: `sha256:${'b2'.repeat(32)}`, composeChanged: false, lastUpdate: { status: null, detail: null, at: null, targetDigest: null } },
+        }),
+      );
       await signIn(page, base, 'admin', '/users');
       await page.locator('tr[data-user]').first().waitFor();
 
@@ -258,6 +264,16 @@ describe('UI basics', () => {
       await page.keyboard.press('Escape');
       await poll(state).toMatchObject({ dialogs: 0 });
       expect(await run.evaluate((b) => b === (globalThis as unknown as PageGlobals).document.activeElement)).toBe(true);
+
+      // The installer update's confirmation, opened from the header's pill.
+      const pill = page.getByTestId('update-pill');
+      await pill.click();
+      await poll(state).toEqual({ dialogs: 1, modal: true, focusInside: true, focused: 'BUTTON:Update now' });
+      expect(await page.getByTestId('update-dialog').evaluate((d) => d.tagName)).toBe('DIALOG');
+      await tabAround();
+      await page.keyboard.press('Escape');
+      await poll(state).toMatchObject({ dialogs: 0 });
+      expect(await pill.evaluate((b) => b === (globalThis as unknown as PageGlobals).document.activeElement)).toBe(true);
     } finally {
       await context.close();
     }
