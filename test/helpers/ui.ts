@@ -1,6 +1,7 @@
 // Browser tests of the operator UI: Debian's Chromium driven by playwright-core (never a
 // downloaded browser), against the real backend listening on 127.0.0.1.
 import { spawnSync } from 'node:child_process';
+import { createRequire } from 'node:module';
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
@@ -43,8 +44,25 @@ export async function launchChromium(extraArgs: string[] = []): Promise<Browser>
   });
 }
 
-export async function newPage(browser: Browser, opts: { acceptDownloads?: boolean } = {}): Promise<{ context: BrowserContext; page: Page }> {
-  const context = await browser.newContext({ viewport: { width: 1360, height: 900 }, acceptDownloads: opts.acceptDownloads ?? false, timezoneId: 'UTC', locale: 'en-GB' });
+export interface PageOptions {
+  acceptDownloads?: boolean;
+  /** Default 1360×900; a phone is 390×844. */
+  viewport?: { width: number; height: number };
+  /** What `prefers-color-scheme` answers (default light). */
+  colorScheme?: 'light' | 'dark';
+  /** Lets a test inject scripts (axe-core) past the page's Content-Security-Policy. */
+  bypassCSP?: boolean;
+}
+
+export async function newPage(browser: Browser, opts: PageOptions = {}): Promise<{ context: BrowserContext; page: Page }> {
+  const context = await browser.newContext({
+    viewport: opts.viewport ?? { width: 1360, height: 900 },
+    colorScheme: opts.colorScheme ?? 'light',
+    bypassCSP: opts.bypassCSP ?? false,
+    acceptDownloads: opts.acceptDownloads ?? false,
+    timezoneId: 'UTC',
+    locale: 'en-GB',
+  });
   const page = await context.newPage();
   page.setDefaultTimeout(20_000);
   return { context, page };
@@ -78,4 +96,75 @@ export async function shoot(page: Page, name: string, opts: { doc?: boolean; ful
     copyFileSync(file, path.join(DOC_SHOTS, `${name}.png`));
   }
   return file;
+}
+
+/**
+ * The browser globals that `page.evaluate` callbacks use, typed here because the tests compile
+ * without the DOM library: `const { document } = globalThis as unknown as PageGlobals`.
+ */
+export interface PageElement {
+  tagName: string;
+  textContent: string | null;
+  parentElement: PageElement | null;
+  getAttribute(name: string): string | null;
+  getBoundingClientRect(): { left: number; right: number; top: number; bottom: number };
+  contains(other: PageElement | null): boolean;
+  matches(selector: string): boolean;
+  closest(selector: string): PageElement | null;
+}
+export interface PageGlobals {
+  document: {
+    activeElement: PageElement | null;
+    documentElement: PageElement;
+    scrollingElement: { scrollWidth: number; clientWidth: number } | null;
+    querySelector(selector: string): PageElement | null;
+    querySelectorAll(selector: string): Iterable<PageElement> & { length: number };
+  };
+  getComputedStyle(el: PageElement): { colorScheme: string };
+}
+
+/** axe-core's browser bundle, injected into the page under test. */
+export const AXE_SCRIPT = createRequire(import.meta.url).resolve('axe-core');
+
+export interface AxeViolation {
+  id: string;
+  impact: string | null;
+  help: string;
+  helpUrl: string;
+  nodes: { target: string; html: string; summary: string }[];
+}
+
+/**
+ * Runs axe-core on the page as it is now and returns its violations of impact serious or critical
+ * (`impacts` to choose others). The page's context needs `bypassCSP` (the script is added inline).
+ */
+export async function axeViolations(page: Page, impacts: string[] = ['serious', 'critical']): Promise<AxeViolation[]> {
+  if (!(await page.evaluate(() => 'axe' in globalThis))) await page.addScriptTag({ path: AXE_SCRIPT });
+  const all = await page.evaluate(async () => {
+    interface AxeResult {
+      violations: { id: string; impact?: string | null; help: string; helpUrl: string; nodes: { target: unknown[]; html: string; failureSummary?: string }[] }[];
+    }
+    const { axe, document } = globalThis as unknown as PageGlobals & { axe: { run(ctx: unknown, o: object): Promise<AxeResult> } };
+    const r = await axe.run(document, { resultTypes: ['violations'] });
+    return r.violations.map((v) => ({
+      id: v.id,
+      impact: v.impact ?? null,
+      help: v.help,
+      helpUrl: v.helpUrl,
+      nodes: v.nodes.map((n) => ({ target: n.target.map(String).join(' '), html: n.html.slice(0, 300), summary: n.failureSummary ?? '' })),
+    }));
+  });
+  return all.filter((v) => v.impact !== null && impacts.includes(v.impact));
+}
+
+/** Violations as a readable failure message: rule, impact, help, and each offending element. */
+export function describeViolations(where: string, violations: AxeViolation[]): string {
+  if (violations.length === 0) return `${where}: no violations`;
+  const lines = [`${where}: ${violations.length} accessibility violation(s)`];
+  for (const v of violations) {
+    lines.push(`- [${v.impact}] ${v.id}: ${v.help} (${v.helpUrl})`);
+    for (const n of v.nodes.slice(0, 8)) lines.push(`    ${n.target}\n      ${n.html}\n      ${n.summary.replace(/\n/g, '\n      ')}`);
+    if (v.nodes.length > 8) lines.push(`    … and ${v.nodes.length - 8} more`);
+  }
+  return lines.join('\n');
 }

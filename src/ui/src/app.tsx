@@ -2,7 +2,7 @@
 import { createContext } from 'preact';
 import { useContext, useEffect, useState } from 'preact/hooks';
 import { api, ApiError, hasRole, onUnauthorized, session, type Me, type SelfUpdateCheck, type SelfUpdateStart } from './api.ts';
-import { Link, match, navigate, useLocation } from './router.tsx';
+import { Link, match, navigate, useLocation, usePageChange } from './router.tsx';
 import { UpdateChecker } from './update.ts';
 import { RestartOverlay, UpdatePill } from './components/update.tsx';
 import { LoginPage } from './pages/login.tsx';
@@ -34,6 +34,7 @@ export function App() {
   const [me, setMe] = useState<Me | null>(null);
   const [checking, setChecking] = useState(!!session.token());
   const [signedOutBecause, setSignedOutBecause] = useState<string | null>(null);
+  usePageChange(checking ? null : pageTitle(loc.path, me), loc.path);
 
   useEffect(() => {
     onUnauthorized((message) => {
@@ -69,6 +70,26 @@ export function App() {
   const signOut = () => (session.clear(), setMe(null), navigate('/login', { replace: true }));
   if (me.mustChangePassword) return <PasswordPage me={me} forced onChanged={setMe} onSignOut={signOut} />;
   return <SignedIn me={me} onMe={setMe} onSignOut={signOut} />;
+}
+
+const TITLES: Record<string, string> = {
+  '/': 'Platform status',
+  '/audit': 'Audit trail',
+  '/logs': 'Container logs',
+  '/machines': 'Machine state',
+  '/migrate': 'Host migration',
+  '/users': 'Users',
+};
+
+/** The title of the page shown at `path` (the same choice as the page switch below). */
+export function pageTitle(path: string, me: Me | null): string {
+  if (!me || path === '/login') return 'Sign in';
+  if (me.mustChangePassword) return 'Choose your password';
+  const job = match('/jobs/:id', path);
+  if (job) return `Job ${job.id!.slice(0, 8)}`;
+  if ((path === '/migrate' || path === '/users') && !hasRole(me, 'admin')) return 'Not allowed';
+  if (path === '/password' && me.kind === 'user') return 'Change password';
+  return TITLES[path] ?? 'Not found';
 }
 
 function SignedIn(props: { me: Me; onMe: (me: Me) => void; onSignOut: () => void }) {

@@ -1,7 +1,7 @@
 // A small history router: the backend answers every non-/api path with index.html, so a reload or
 // a shared link to /jobs/<id> opens that page.
 import type { ComponentChildren } from 'preact';
-import { useEffect, useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 
 const CHANGE = 'installer:navigate';
 
@@ -56,4 +56,34 @@ export function Link(props: { href: string; children: ComponentChildren; class?:
       {children}
     </a>
   );
+}
+
+/** The tab's title for a page: `Audit trail · Installer`. */
+export function documentTitle(page: string | null): string {
+  return page ? `${page} · Installer` : 'Installer';
+}
+
+/**
+ * Keeps `document.title` on the page's title and, after each navigation (not the first load), moves
+ * focus to the page's h1 and announces the new page in the live region `#announcer` of index.html,
+ * so that keyboard and screen-reader users start at the top of the page they opened.
+ */
+export function usePageChange(title: string | null, path: string): void {
+  const first = useRef(true);
+  useEffect(() => {
+    document.title = documentTitle(title);
+  }, [title]);
+  useEffect(() => {
+    if (first.current) {
+      first.current = false;
+      return;
+    }
+    const h1 = document.querySelector<HTMLElement>('main h1') ?? document.querySelector<HTMLElement>('h1');
+    if (h1) {
+      if (!h1.hasAttribute('tabindex')) h1.setAttribute('tabindex', '-1');
+      h1.focus();
+    }
+    const announcer = document.getElementById('announcer');
+    if (announcer) announcer.textContent = title ?? '';
+  }, [path]);
 }

@@ -4,6 +4,8 @@
 // (health failing at least once, then answering again) or after about 20 s of answers without one,
 // and gives up after 10 minutes. Plain classes with an injectable clock and timing, so tests run
 // them on a fake clock; the production values are these constants.
+import { documentVisibility, type PageVisibility } from './visibility.ts';
+
 export const UPDATE_TIMING = {
   /** The update check: on load, then every 30 minutes. */
   checkEveryMs: 30 * 60_000,
@@ -39,6 +41,10 @@ export class UpdateChecker<T> {
   private stopped = false;
   private readonly everyMs: number;
   private readonly clock: Clock;
+  private readonly visibility: PageVisibility;
+  /** A check was skipped while the tab was hidden: it runs when the tab is shown. */
+  private owed = false;
+  private unsubscribe = () => {};
 
   constructor(
     private readonly o: {
@@ -47,21 +53,29 @@ export class UpdateChecker<T> {
       onError?: (err: unknown) => void;
       everyMs?: number;
       clock?: Clock;
+      visibility?: PageVisibility;
     },
   ) {
     this.everyMs = o.everyMs ?? UPDATE_TIMING.checkEveryMs;
     this.clock = o.clock ?? globalClock;
+    this.visibility = o.visibility ?? documentVisibility;
   }
 
-  /** Checks now, then every `everyMs`. */
+  /** Checks now, then every `everyMs`; a check due while the tab is hidden waits until it is shown. */
   start(): this {
     this.stopped = false;
+    this.unsubscribe = this.visibility.onChange(() => {
+      if (this.stopped || this.visibility.hidden() || !this.owed) return;
+      this.owed = false;
+      void this.once();
+    });
     void this.tick();
     return this;
   }
 
   stop(): void {
     this.stopped = true;
+    this.unsubscribe();
     if (this.timer !== null) this.clock.clearTimeout(this.timer);
     this.timer = null;
   }
@@ -83,6 +97,10 @@ export class UpdateChecker<T> {
   private async tick(): Promise<void> {
     // Scheduled before the check runs, so a slow registry does not stretch the interval.
     this.timer = this.clock.setTimeout(() => void this.tick(), this.everyMs);
+    if (this.visibility.hidden()) {
+      this.owed = true;
+      return;
+    }
     await this.once();
   }
 }

@@ -1,6 +1,7 @@
-// Small shared pieces: badges, the modal dialog, error and notice boxes, polling.
+// Small shared pieces: badges, the modal dialog, error and notice boxes, scrolling tables, polling.
 import type { ComponentChildren } from 'preact';
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useEffect, useId, useLayoutEffect, useRef, useState } from 'preact/hooks';
+import { whilePageVisible } from '../visibility.ts';
 
 const TONE: Record<string, string> = {
   running: 'ok', healthy: 'ok', completed: 'ok', ok: 'ok', up: 'ok',
@@ -35,6 +36,11 @@ export function Notice(props: { tone?: 'ok' | 'info' | 'warn' | 'bad'; children:
   );
 }
 
+/**
+ * A modal confirmation as a native `<dialog>` opened with `showModal()`: the rest of the page is
+ * inert, so focus stays inside; Escape cancels (unless busy); on close, focus returns to the
+ * element that opened it (or to the page's heading when that element is gone).
+ */
 export function Dialog(props: {
   title: string;
   children: ComponentChildren;
@@ -49,42 +55,122 @@ export function Dialog(props: {
   onCancel: () => void;
   testid?: string;
 }) {
+  const titleId = useId();
   const confirm = useRef<HTMLButtonElement>(null);
-  useEffect(() => {
-    confirm.current?.focus();
-    const onKey = (e: KeyboardEvent) => {
-      if (e.key === 'Escape' && !props.busy) props.onCancel();
-    };
-    window.addEventListener('keydown', onKey);
-    return () => window.removeEventListener('keydown', onKey);
-  }, [props.busy]);
+  const body = useRef<HTMLDivElement>(null);
+  // Read by the native event handlers, which outlive a render.
+  const latest = useRef(props);
+  latest.current = props;
+  const dialog = useModal(() => {
+    const p = latest.current;
+    if (p.busy) return false;
+    p.onCancel();
+    return true;
+  });
+  useLayoutEffect(() => {
+    // A field to fill comes first; otherwise the confirm button, as before.
+    const field = body.current?.querySelector<HTMLElement>('input, select, textarea');
+    (field ?? confirm.current)?.focus();
+  }, []);
   return (
-    <div class="modal-backdrop">
-      <div class="modal" role="dialog" aria-modal="true" aria-labelledby="dialog-title" data-testid={props.testid ?? 'dialog'}>
-        <h2 id="dialog-title">{props.title}</h2>
-        <div class="modal-body">{props.children}</div>
-        <ErrorBox error={props.error} />
-        <div class="modal-actions">
-          <button type="button" class="btn" onClick={props.onCancel} disabled={props.busy}>
-            {props.cancelLabel ?? 'Cancel'}
-          </button>
-          <button type="button" ref={confirm} class={`btn ${props.danger ? 'danger' : 'primary'}`} onClick={props.onConfirm} disabled={props.busy || props.confirmDisabled}>
-            {props.busy ? 'Working…' : props.confirmLabel}
-          </button>
-        </div>
+    <dialog ref={dialog} class="modal" aria-labelledby={titleId} data-testid={props.testid ?? 'dialog'}>
+      <h2 id={titleId}>{props.title}</h2>
+      <div class="modal-body" ref={body}>
+        {props.children}
       </div>
+      <ErrorBox error={props.error} />
+      <div class="modal-actions">
+        <button type="button" class="btn" onClick={props.onCancel} disabled={props.busy}>
+          {props.cancelLabel ?? 'Cancel'}
+        </button>
+        <button type="button" ref={confirm} class={`btn ${props.danger ? 'danger' : 'primary'}`} onClick={props.onConfirm} disabled={props.busy || props.confirmDisabled}>
+          {props.busy ? 'Working…' : props.confirmLabel}
+        </button>
+      </div>
+    </dialog>
+  );
+}
+
+const FOCUSABLE = 'a[href], button, input, select, textarea, [tabindex]:not([tabindex="-1"])';
+
+/**
+ * Opens the `<dialog>` it is attached to with `showModal()` while mounted. `onEscape` decides what
+ * Escape does: true when the owner closes it (by unmounting), false to keep it open. On unmount,
+ * focus goes back to where it was before the dialog opened.
+ */
+export function useModal(onEscape: () => boolean) {
+  const ref = useRef<HTMLDialogElement>(null);
+  const escape = useRef(onEscape);
+  escape.current = onEscape;
+  useLayoutEffect(() => {
+    const d = ref.current;
+    if (!d) return;
+    const opener = document.activeElement instanceof HTMLElement ? document.activeElement : null;
+    let closing = false;
+    const onCancel = (e: Event) => {
+      // The owner unmounts the dialog; the element never closes itself.
+      e.preventDefault();
+      escape.current();
+    };
+    const onClose = () => {
+      // The browser may close a dialog whose cancel was refused too often: keep it open, or let
+      // the owner close it.
+      if (closing) return;
+      if (!escape.current() && d.isConnected) d.showModal();
+    };
+    // Tab from the last control goes to the first, Shift+Tab from the first to the last: focus
+    // never leaves for the (inert) page behind.
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key !== 'Tab') return;
+      const all = [...d.querySelectorAll<HTMLElement>(FOCUSABLE)].filter((el) => !el.matches(':disabled') && el.getClientRects().length > 0);
+      const first = all[0];
+      const last = all.at(-1);
+      if (!first || !last) return e.preventDefault();
+      const at = document.activeElement;
+      if (e.shiftKey && (at === first || !d.contains(at))) {
+        e.preventDefault();
+        last.focus();
+      } else if (!e.shiftKey && (at === last || !d.contains(at))) {
+        e.preventDefault();
+        first.focus();
+      }
+    };
+    d.addEventListener('cancel', onCancel);
+    d.addEventListener('close', onClose);
+    d.addEventListener('keydown', onKey);
+    if (!d.open) d.showModal();
+    return () => {
+      closing = true;
+      d.removeEventListener('cancel', onCancel);
+      d.removeEventListener('close', onClose);
+      d.removeEventListener('keydown', onKey);
+      if (d.open) d.close();
+      const back = opener?.isConnected && !(opener as HTMLButtonElement).disabled ? opener : document.querySelector<HTMLElement>('main h1');
+      back?.focus();
+    };
+  }, []);
+  return ref;
+}
+
+/**
+ * A wide table's own horizontal scroll, so that a narrow screen scrolls the table and not the page.
+ * It can take focus (a scrolled region must be reachable by keyboard) and is named by `label`.
+ */
+export function TableScroll(props: { label: string; children: ComponentChildren }) {
+  return (
+    <div class="table-scroll" role="region" aria-label={props.label} tabIndex={0}>
+      {props.children}
     </div>
   );
 }
 
-/** Loads `load` now and every `everyMs` while mounted; `reload()` loads at once. */
+/** Loads `load` now and every `everyMs` while mounted and the tab is visible; `reload()` loads at once. */
 export function usePoll<T>(load: (signal: AbortSignal) => Promise<T>, everyMs: number, deps: unknown[] = []) {
   const [data, setData] = useState<T | null>(null);
   const [error, setError] = useState<unknown>(null);
   const [tick, setTick] = useState(0);
   useEffect(() => {
     const abort = new AbortController();
-    let timer: ReturnType<typeof setTimeout> | undefined;
     let alive = true;
     const run = async () => {
       try {
@@ -96,13 +182,12 @@ export function usePoll<T>(load: (signal: AbortSignal) => Promise<T>, everyMs: n
         if (!alive || (err as Error).name === 'AbortError') return;
         setError(err);
       }
-      if (alive && everyMs > 0) timer = setTimeout(() => void run(), everyMs);
     };
-    void run();
+    const stop = whilePageVisible(run, everyMs);
     return () => {
       alive = false;
       abort.abort();
-      clearTimeout(timer);
+      stop();
     };
   }, [...deps, tick]);
   return { data, error, reload: () => setTick((n) => n + 1) };

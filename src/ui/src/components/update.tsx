@@ -3,7 +3,7 @@ import { useEffect, useLayoutEffect, useState } from 'preact/hooks';
 import { api, ApiError, type SelfUpdateCheck, type SelfUpdateStart } from '../api.ts';
 import { duration, shortDigest, time } from '../format.ts';
 import { healthProbe, RestartWatcher, type WatchState } from '../update.ts';
-import { Dialog } from './common.tsx';
+import { Dialog, useModal } from './common.tsx';
 
 export function UpdatePill(props: { check: SelfUpdateCheck | null; onStarted: (r: SelfUpdateStart) => void }) {
   const [open, setOpen] = useState(false);
@@ -99,10 +99,12 @@ export function RestartOverlay(props: { start: SelfUpdateStart; reload?: () => v
     const tick = setInterval(() => setNow(Date.now()), 1000);
     return () => clearInterval(tick);
   }, []);
+  // A modal the user cannot dismiss: Escape keeps it; the page reloads when the installer is back.
+  const dialog = useModal(() => false);
   const elapsed = s ? Math.max(0, now - s.startedAt) : 0;
   const gaveUp = s?.phase === 'gave-up';
   return (
-    <div class="overlay" role="alertdialog" aria-modal="true" aria-labelledby="overlay-title" data-testid="update-overlay" data-phase={s?.phase ?? 'waiting'}>
+    <dialog ref={dialog} class="overlay" role="alertdialog" aria-labelledby="overlay-title" data-testid="update-overlay" data-phase={s?.phase ?? 'waiting'}>
       <div class="overlay-card">
         {!gaveUp ? (
           <>
@@ -150,6 +152,6 @@ export function RestartOverlay(props: { start: SelfUpdateStart; reload?: () => v
           </div>
         )}
       </div>
-    </div>
+    </dialog>
   );
 }

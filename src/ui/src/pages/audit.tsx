@@ -4,7 +4,7 @@ import { api, ApiError, download, hasRole, type Action } from '../api.ts';
 import { useApp } from '../app.tsx';
 import { time } from '../format.ts';
 import { Link } from '../router.tsx';
-import { Badge, ErrorBox, usePoll } from '../components/common.tsx';
+import { Badge, ErrorBox, TableScroll, usePoll } from '../components/common.tsx';
 
 export function AuditPage() {
   const [limit, setLimit] = useState(50);
@@ -60,7 +60,7 @@ export function AuditPage() {
         ) : rows.data.length === 0 ? (
           <p class="muted">Nothing has been done yet.</p>
         ) : (
-          <table class="table" data-testid="audit">
+          <TableScroll label="Audit trail"><table class="table" data-testid="audit">
             <thead>
               <tr>
                 <th>Time</th>
@@ -88,7 +88,7 @@ export function AuditPage() {
                 </tr>
               ))}
             </tbody>
-          </table>
+          </table></TableScroll>
         )}
       </section>
     </div>

@@ -7,6 +7,7 @@ import { bytes, time } from '../format.ts';
 import { Link } from '../router.tsx';
 import { SseFollower, type FollowState } from '../sse.ts';
 import { Badge, Dialog, ErrorBox, Notice } from '../components/common.tsx';
+import { whilePageVisible } from '../visibility.ts';
 
 /** Output entries kept on the page; older ones are dropped (the stream and the database keep them all). */
 const MAX_ENTRIES = 20_000;
@@ -68,29 +69,21 @@ export function JobPage(props: { jobId: string }) {
   const [follow, setFollow] = useState(true);
   const pane = useRef<HTMLDivElement>(null);
 
-  const loadJob = async () => {
+  /** Loads the status row; false once the job has ended (nothing more to poll for). */
+  const loadJob = async (): Promise<boolean> => {
     try {
-      setJob(await api<Job>(`/api/deployment/jobs/${props.jobId}`));
+      const j = await api<Job>(`/api/deployment/jobs/${props.jobId}`);
+      setJob(j);
       setJobError(null);
+      return j.phase !== 'completed' && j.phase !== 'failed';
     } catch (err) {
       setJobError(err);
+      return true;
     }
   };
 
-  // The job's status row, until it has ended.
-  useEffect(() => {
-    let alive = true;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const tick = async () => {
-      await loadJob();
-      if (alive) timer = setTimeout(() => void tick(), 2000);
-    };
-    void tick();
-    return () => {
-      alive = false;
-      clearTimeout(timer);
-    };
-  }, [props.jobId]);
+  // The job's status row every 2 s while the tab is visible, until it has ended.
+  useEffect(() => whilePageVisible(loadJob, 2000), [props.jobId]);
 
   // The event stream.
   useEffect(() => {
@@ -284,7 +277,7 @@ export function JobPage(props: { jobId: string }) {
             <input type="checkbox" checked={follow} onChange={(e) => setFollow(e.currentTarget.checked)} /> follow
           </label>
         </div>
-        <div class="output" ref={pane} data-testid="job-output" role="log" aria-live="polite">
+        <div class="output" ref={pane} data-testid="job-output" role="log" aria-live="polite" aria-labelledby="output-title" tabIndex={0}>
           {dropped.current > 0 && <div class="line muted">… older lines dropped from this page</div>}
           {entries.current.map((e) => (
             <div key={e.seq} class={`line t-${e.type} ${e.stream === 'stderr' ? 'stderr' : ''} ${e.tone ? `tone-${e.tone}` : ''}`} data-seq={e.seq}>

@@ -23,7 +23,7 @@ function LogPane(props: { lines: LogLine[]; testid: string; follow: boolean }) {
     if (props.follow && pane.current) pane.current.scrollTop = pane.current.scrollHeight;
   });
   return (
-    <div class="output logs" ref={pane} data-testid={props.testid} role="log">
+    <div class="output logs" ref={pane} data-testid={props.testid} role="log" tabIndex={0}>
       {props.lines.length === 0 && <div class="line muted">No lines yet.</div>}
       {props.lines.map((l, i) => (
         <div key={i} class={`line ${l.stream === 'stderr' ? 'stderr' : ''}`}>

@@ -53,7 +53,7 @@ function ChartCard(props: { chart: Chart }) {
       </div>
       <p class="muted small">{c.description}</p>
       <div class="chart-layout">
-        <div class="chart-scroll">
+        <div class="chart-scroll" role="region" aria-label={`${c.title} chart`} tabIndex={0}>
           <ChartDrawing chart={c} active={active} />
         </div>
         <aside class="chart-side">

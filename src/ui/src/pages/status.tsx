@@ -5,7 +5,7 @@ import { api, hasRole, type Job, type PlatformStatus, type VersionInfo } from '.
 import { useApp } from '../app.tsx';
 import { ago, shortDigest, time } from '../format.ts';
 import { Link, navigate } from '../router.tsx';
-import { Badge, Dialog, ErrorBox, Notice, usePoll } from '../components/common.tsx';
+import { Badge, Dialog, ErrorBox, Notice, TableScroll, usePoll } from '../components/common.tsx';
 import { JOB_KINDS } from '../../../contracts/job-kinds.ts';
 
 /** What the buttons say of each kind POST /api/deployment/jobs starts; the rest is in the one table of job kinds. */
@@ -44,36 +44,38 @@ export function StatusPage() {
         ) : s.containers.length === 0 ? (
           <p class="muted">No containers of the platform exist. An operator can deploy it.</p>
         ) : (
-          <table class="table" data-testid="containers">
-            <thead>
-              <tr>
-                <th>Container</th>
-                <th>Service</th>
-                <th>State</th>
-                <th>Health</th>
-                <th>Image</th>
-                <th>Since</th>
-              </tr>
-            </thead>
-            <tbody>
-              {s.containers.map((c) => (
-                <tr key={c.name} data-container={c.name}>
-                  <td>
-                    <code>{c.name}</code>
-                  </td>
-                  <td>{c.service}</td>
-                  <td>
-                    <Badge value={c.state} />
-                  </td>
-                  <td>{c.health ? <Badge value={c.health} /> : <span class="muted">no check</span>}</td>
-                  <td class="ellipsis" title={`${c.image}${c.digest ? `\n${c.digest}` : ''}`}>
-                    {c.image}
-                  </td>
-                  <td title={time(c.since)}>{ago(c.since)}</td>
+          <TableScroll label="Containers">
+            <table class="table" data-testid="containers">
+              <thead>
+                <tr>
+                  <th>Container</th>
+                  <th>Service</th>
+                  <th>State</th>
+                  <th>Health</th>
+                  <th>Image</th>
+                  <th>Since</th>
                 </tr>
-              ))}
-            </tbody>
-          </table>
+              </thead>
+              <tbody>
+                {s.containers.map((c) => (
+                  <tr key={c.name} data-container={c.name}>
+                    <td>
+                      <code>{c.name}</code>
+                    </td>
+                    <td>{c.service}</td>
+                    <td>
+                      <Badge value={c.state} />
+                    </td>
+                    <td>{c.health ? <Badge value={c.health} /> : <span class="muted">no check</span>}</td>
+                    <td class="ellipsis" title={`${c.image}${c.digest ? `\n${c.digest}` : ''}`}>
+                      {c.image}
+                    </td>
+                    <td title={time(c.since)}>{ago(c.since)}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </TableScroll>
         )}
       </section>
 
@@ -180,38 +182,40 @@ function ActionsCard(props: { services: string[]; busy: boolean }) {
 export function JobsTable(props: { jobs: Job[] }) {
   if (!props.jobs.length) return <p class="muted">No jobs yet.</p>;
   return (
-    <table class="table" data-testid="jobs">
-      <thead>
-        <tr>
-          <th>Created</th>
-          <th>Kind</th>
-          <th>Services</th>
-          <th>Actor</th>
-          <th>Phase</th>
-          <th>Exit</th>
-          <th>Detail</th>
-        </tr>
-      </thead>
-      <tbody>
-        {props.jobs.map((j) => (
-          <tr key={j.jobId}>
-            <td>
-              <Link href={`/jobs/${j.jobId}`}>{time(j.createdAt)}</Link>
-            </td>
-            <td>{j.kind}</td>
-            <td>{j.services.join(', ') || <span class="muted">all</span>}</td>
-            <td>{j.actor}</td>
-            <td>
-              <Badge value={j.phase} />
-            </td>
-            <td>{j.exitCode ?? ''}</td>
-            <td class="ellipsis" title={j.detail ?? ''}>
-              {j.detail ?? ''}
-            </td>
+    <TableScroll label="Jobs">
+      <table class="table" data-testid="jobs">
+        <thead>
+          <tr>
+            <th>Created</th>
+            <th>Kind</th>
+            <th>Services</th>
+            <th>Actor</th>
+            <th>Phase</th>
+            <th>Exit</th>
+            <th>Detail</th>
           </tr>
-        ))}
-      </tbody>
-    </table>
+        </thead>
+        <tbody>
+          {props.jobs.map((j) => (
+            <tr key={j.jobId}>
+              <td>
+                <Link href={`/jobs/${j.jobId}`}>{time(j.createdAt)}</Link>
+              </td>
+              <td>{j.kind}</td>
+              <td>{j.services.join(', ') || <span class="muted">all</span>}</td>
+              <td>{j.actor}</td>
+              <td>
+                <Badge value={j.phase} />
+              </td>
+              <td>{j.exitCode ?? ''}</td>
+              <td class="ellipsis" title={j.detail ?? ''}>
+                {j.detail ?? ''}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </TableScroll>
   );
 }
 

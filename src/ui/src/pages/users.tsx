@@ -4,7 +4,7 @@
 import { useState } from 'preact/hooks';
 import { api, type Me, type Role } from '../api.ts';
 import { time } from '../format.ts';
-import { Badge, Dialog, ErrorBox, Notice, usePoll } from '../components/common.tsx';
+import { Badge, Dialog, ErrorBox, Notice, TableScroll, usePoll } from '../components/common.tsx';
 import { PASSWORD_MIN } from './password.tsx';
 
 export interface UserRow {
@@ -122,57 +122,59 @@ export function UsersPage(props: { me: Me }) {
         {!users.data ? (
           <p class="muted">Loading…</p>
         ) : (
-          <table class="table" data-testid="users">
-            <thead>
-              <tr>
-                <th>User</th>
-                <th>Role</th>
-                <th>Status</th>
-                <th>Added</th>
-                <th>Actions</th>
-              </tr>
-            </thead>
-            <tbody>
-              {users.data.map((u) => (
-                <tr key={u.username} data-user={u.username}>
-                  <td>
-                    {u.username}
-                    {u.username === props.me.username && <span class="muted small"> (you)</span>}
-                  </td>
-                  <td>
-                    <select
-                      aria-label={`Role of ${u.username}`}
-                      value={u.role}
-                      disabled={busy !== null}
-                      onChange={(e) => void patch(u, { role: e.currentTarget.value as Role })}
-                    >
-                      {ROLES.map((r) => (
-                        <option key={r} value={r}>
-                          {r}
-                        </option>
-                      ))}
-                    </select>
-                  </td>
-                  <td>
-                    <Badge value={u.disabled ? 'disabled' : 'enabled'} />
-                    {u.mustChangePassword && <span class="small muted"> must choose a password</span>}
-                  </td>
-                  <td>{time(u.createdAt)}</td>
-                  <td class="row-actions">
-                    <button type="button" class="btn" disabled={busy !== null} onClick={() => void patch(u, { disabled: !u.disabled })}>
-                      {u.disabled ? 'Enable' : 'Disable'}
-                    </button>{' '}
-                    <button type="button" class="btn" disabled={busy !== null} onClick={() => (setResetTo(''), setDialogError(null), setPending({ kind: 'reset', user: u }))}>
-                      Reset password…
-                    </button>{' '}
-                    <button type="button" class="btn danger" disabled={busy !== null} onClick={() => (setDialogError(null), setPending({ kind: 'remove', user: u }))}>
-                      Remove…
-                    </button>
-                  </td>
+          <TableScroll label="Users">
+            <table class="table" data-testid="users">
+              <thead>
+                <tr>
+                  <th>User</th>
+                  <th>Role</th>
+                  <th>Status</th>
+                  <th>Added</th>
+                  <th>Actions</th>
                 </tr>
-              ))}
-            </tbody>
-          </table>
+              </thead>
+              <tbody>
+                {users.data.map((u) => (
+                  <tr key={u.username} data-user={u.username}>
+                    <td>
+                      {u.username}
+                      {u.username === props.me.username && <span class="muted small"> (you)</span>}
+                    </td>
+                    <td>
+                      <select
+                        aria-label={`Role of ${u.username}`}
+                        value={u.role}
+                        disabled={busy !== null}
+                        onChange={(e) => void patch(u, { role: e.currentTarget.value as Role })}
+                      >
+                        {ROLES.map((r) => (
+                          <option key={r} value={r}>
+                            {r}
+                          </option>
+                        ))}
+                      </select>
+                    </td>
+                    <td>
+                      <Badge value={u.disabled ? 'disabled' : 'enabled'} />
+                      {u.mustChangePassword && <span class="small muted"> must choose a password</span>}
+                    </td>
+                    <td>{time(u.createdAt)}</td>
+                    <td class="row-actions">
+                      <button type="button" class="btn" disabled={busy !== null} onClick={() => void patch(u, { disabled: !u.disabled })}>
+                        {u.disabled ? 'Enable' : 'Disable'}
+                      </button>{' '}
+                      <button type="button" class="btn" disabled={busy !== null} onClick={() => (setResetTo(''), setDialogError(null), setPending({ kind: 'reset', user: u }))}>
+                        Reset password…
+                      </button>{' '}
+                      <button type="button" class="btn danger" disabled={busy !== null} onClick={() => (setDialogError(null), setPending({ kind: 'remove', user: u }))}>
+                        Remove…
+                      </button>
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </TableScroll>
         )}
       </section>
 
