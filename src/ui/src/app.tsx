@@ -104,6 +104,8 @@ function SignedIn(props: { me: Me; onMe: (me: Me) => void; onSignOut: () => void
       check: () => api<SelfUpdateCheck>('/api/system/self-update-check'),
       onResult: (r) => (setCheck(r), setCheckError(null)),
       onError: (err) => setCheckError(err instanceof ApiError ? err.message : String(err)),
+      // Until the last update's outcome is recorded (its helper may still run after the reload).
+      followWhile: (r) => r.lastUpdate?.status === 'started',
     }).start();
     return () => checker.stop();
   }, []);

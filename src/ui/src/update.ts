@@ -13,6 +13,8 @@ export const UPDATE_TIMING = {
   pollEveryMs: 3_000,
   /** Without a downtime gap seen, reload after this long (the restart may fall between two polls). */
   settleMs: 20_000,
+  /** While the last update's outcome is not decided yet (its helper still runs), check this often. */
+  followEveryMs: 5_000,
   /** Give up waiting after this long. */
   giveUpMs: 10 * 60_000,
   /** One health request may take this long before it counts as failed. */
@@ -38,6 +40,9 @@ export const globalClock: Clock = {
 
 export class UpdateChecker<T> {
   private timer: unknown = null;
+  private followTimer: unknown = null;
+  /** The last result said to follow (and no later result said otherwise). */
+  private following = false;
   private stopped = false;
   private readonly everyMs: number;
   private readonly clock: Clock;
@@ -52,6 +57,13 @@ export class UpdateChecker<T> {
       onResult: (result: T) => void;
       onError?: (err: unknown) => void;
       everyMs?: number;
+      /**
+       * Checks again after `followEveryMs` while this holds of the last result: after the reload
+       * that ends an update, the new backend answers before its boot reconciliation has decided
+       * the outcome, and the page should show that outcome without another reload.
+       */
+      followWhile?: (result: T) => boolean;
+      followEveryMs?: number;
       clock?: Clock;
       visibility?: PageVisibility;
     },
@@ -77,7 +89,9 @@ export class UpdateChecker<T> {
     this.stopped = true;
     this.unsubscribe();
     if (this.timer !== null) this.clock.clearTimeout(this.timer);
+    if (this.followTimer !== null) this.clock.clearTimeout(this.followTimer);
     this.timer = null;
+    this.followTimer = null;
   }
 
   /** An extra check now (after an update finished, say); the schedule is unchanged. */
@@ -88,9 +102,21 @@ export class UpdateChecker<T> {
   private async once(): Promise<void> {
     try {
       const r = await this.o.check();
-      if (!this.stopped) this.o.onResult(r);
+      if (this.stopped) return;
+      this.o.onResult(r);
+      this.following = this.o.followWhile?.(r) ?? false;
     } catch (err) {
-      if (!this.stopped) this.o.onError?.(err);
+      if (this.stopped) return;
+      this.o.onError?.(err);
+      // A check that fails while following (the installer restarting again, as in a rollback)
+      // keeps following: the outcome is still to come.
+    }
+    if (this.following && this.followTimer === null) {
+      this.followTimer = this.clock.setTimeout(() => {
+        this.followTimer = null;
+        if (this.visibility.hidden()) this.owed = true;
+        else void this.once();
+      }, this.o.followEveryMs ?? UPDATE_TIMING.followEveryMs);
     }
   }
 

@@ -1,0 +1,133 @@
+// A real self-update from the UI, as an operator tries it from the quick start: scripts/try-self-update.sh
+// deploys the packaged stack (deploy/docker-compose.yml, images built into the local registry) and
+// publishes a newer build; headless Chromium signs in as the generated first admin, sees the pill,
+// confirms in the dialog, watches the overlay through a real downtime gap and lands, reloaded, on the
+// new digest. Then `--broken` publishes a build that never becomes healthy: the same clicks end in a
+// real rollback, shown as such. Nothing here is stubbed: every request reaches the real backend.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { ROOT } from '../helpers/process.ts';
+import { docker, freePort, run } from '../helpers/rig.ts';
+import { removeLeftovers } from '../helpers/stack.ts';
+import { chosenPassword } from '../helpers/first-admin.ts';
+import { ensureUiBuilt, launchChromium, newPage, shoot } from '../helpers/ui.ts';
+
+const workDir = mkdtempSync(path.join(tmpdir(), 'installer-try-'));
+let env: Record<string, string> = {};
+let base = '';
+let browser: Browser;
+let context: BrowserContext;
+let page: Page;
+let password = '';
+const poll = <T>(fn: () => T | Promise<T>, timeout = 60_000) => expect.poll(fn, { timeout, interval: 250 });
+
+/** The script as the README gives it; its output is what an operator reads. */
+async function trySelfUpdate(args: string[] = []): Promise<string> {
+  const r = await run('bash', [path.join(ROOT, 'scripts/try-self-update.sh'), ...args], { env, timeoutMs: 15 * 60_000 });
+  if (r.code !== 0) throw new Error(`try-self-update.sh ${args.join(' ')} exited ${r.code}:\n${r.stdout}\n${r.stderr}`);
+  return r.stdout;
+}
+
+/** What the backend runs now, asked with a token of our own (not through the page). */
+async function runningDigest(): Promise<string | null> {
+  const login = await fetch(`${base}/api/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'admin', password }) });
+  if (!login.ok) return null;
+  const { token } = (await login.json()) as { token: string };
+  const v = await fetch(`${base}/api/version`, { headers: { authorization: `Bearer ${token}` } });
+  return v.ok ? ((await v.json()) as { digest: string | null }).digest : null;
+}
+
+/** The health answers the page's overlay saw: a real gap shows as failed requests between answers. */
+function watchHealth(p: Page): { ok: number; failed: number } {
+  const seen = { ok: 0, failed: 0 };
+  p.on('requestfinished', (r) => void (r.url().endsWith('/api/health') && seen.ok++));
+  p.on('requestfailed', (r) => void (r.url().endsWith('/api/health') && seen.failed++));
+  p.on('response', (r) => void (r.url().endsWith('/api/health') && r.status() >= 500 && seen.failed++));
+  return seen;
+}
+
+/** Pill, dialog, Update now, the overlay through the restart, and the page reloaded by itself. */
+async function updateFromTheUi(shotName: string): Promise<{ ok: number; failed: number }> {
+  await page.reload();
+  await page.getByTestId('user').waitFor();
+  const pill = page.getByTestId('update-pill');
+  await poll(() => pill.textContent()).toContain('Manager update available');
+  await pill.click();
+  const dialog = page.getByTestId('update-dialog');
+  await dialog.waitFor();
+  await dialog.getByRole('button', { name: 'Update now' }).click();
+  const seen = watchHealth(page);
+  await page.getByTestId('update-overlay').waitFor();
+  await shoot(page, shotName);
+  // The overlay reloads the page once the installer answers again after its gap.
+  await page.waitForEvent('load', { timeout: 10 * 60_000 });
+  await page.getByTestId('user').waitFor({ timeout: 60_000 });
+  return seen;
+}
+
+beforeAll(async () => {
+  ensureUiBuilt();
+  await removeLeftovers();
+  const port = await freePort();
+  let httpPort = await freePort();
+  while (httpPort === port) httpPort = await freePort();
+  env = { TRY_DIR: workDir, TRY_PORT: String(port), TRY_HTTP_PORT: String(httpPort) };
+  const out = await trySelfUpdate();
+  base = `http://127.0.0.1:${httpPort}`;
+  expect(out).toContain(`UI:        ${base}`);
+  expect(out).toContain('Manager update available');
+  password = chosenPassword((await docker(['exec', 'installer-backend', 'cat', '/var/lib/installer/secrets/initial-admin-password'])).trim());
+  browser = await launchChromium();
+}, 20 * 60_000);
+
+afterAll(async () => {
+  await context?.close();
+  await browser?.close();
+  await run('bash', [path.join(ROOT, 'scripts/try-self-update.sh'), '--down'], { env, timeoutMs: 5 * 60_000 });
+  rmSync(workDir, { recursive: true, force: true });
+});
+
+describe('a real self-update from the UI, from scripts/try-self-update.sh', () => {
+  it('the first admin signs in, updates from the pill through a real gap, and lands on the new digest', async () => {
+    ({ context, page } = await newPage(browser));
+    const generated = (await docker(['exec', 'installer-backend', 'cat', '/var/lib/installer/secrets/initial-admin-password'])).trim();
+    await page.goto(`${base}/login`);
+    await page.getByLabel('User name').fill('admin');
+    await page.getByLabel('Password').fill(generated);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByTestId('must-change').waitFor();
+    await page.getByLabel('Current password').fill(generated);
+    await page.getByLabel('New password', { exact: true }).fill(password);
+    await page.getByLabel('New password again').fill(password);
+    await page.getByRole('button', { name: 'Change password' }).click();
+    await poll(() => page.getByTestId('user').textContent()).toContain('admin');
+
+    const before = await runningDigest();
+    expect(before).toMatch(/^sha256:/);
+    await poll(() => page.getByTestId('update-check').textContent()).toContain('a newer build is available');
+    const seen = await updateFromTheUi('self-update-overlay');
+    expect(seen.failed, 'the overlay saw the installer down at least once').toBeGreaterThan(0);
+    expect(seen.ok).toBeGreaterThan(0);
+
+    const after = await runningDigest();
+    expect(after).toMatch(/^sha256:/);
+    expect(after).not.toBe(before);
+    await poll(() => page.getByTestId('last-update').textContent()).toContain('completed');
+    expect(await page.getByTestId('update-pill').count()).toBe(0);
+    expect(await page.getByTestId('update-overlay').count()).toBe(0);
+    await shoot(page, 'self-update-completed');
+  }, 20 * 60_000);
+
+  it('with --broken, the same clicks end in a real rollback, shown as such', async () => {
+    const before = await runningDigest();
+    await trySelfUpdate(['--broken']);
+    await updateFromTheUi('self-update-rollback-overlay');
+    await poll(() => page.getByTestId('last-update').textContent(), 300_000).toContain('rolled-back');
+    expect(await runningDigest()).toBe(before);
+    await poll(() => page.getByTestId('update-pill').textContent()).toContain('Manager update rolled back');
+    await shoot(page, 'self-update-rolled-back');
+  }, 20 * 60_000);
+});
