@@ -106,7 +106,8 @@ const actionFilters = {
   before: z
     .string()
     .regex(/^\d{1,19}$/, 'must be the id of an audit row (a positive integer)')
-    .refine((v) => BigInt(v) > 0n && BigInt(v) <= BIGINT_MAX, 'must be the id of an audit row (a positive integer)')
+    // zod runs the refinement after a failed pattern too: BigInt() only sees digits.
+    .refine((v) => /^\d{1,19}$/.test(v) && BigInt(v) > 0n && BigInt(v) <= BIGINT_MAX, 'must be the id of an audit row (a positive integer)')
     .optional()
     .describe('Cursor: only rows older than the row with this id (as the `Link: rel="next"` header gives it)'),
 };
