@@ -47,21 +47,35 @@ async function insert(rows: { kind: string; status: string; actor: string; detai
 /** RFC 4180 records, parsed independently of the writer: quoted fields, doubled quotes, CRLF. */
 function parseCsv(text: string): string[][] {
   const records: string[][] = [];
-  let field = '';
   let record: string[] = [];
-  let i = 0;
+  let field = '';
   let quoted = false;
-  while (i < text.length) {
+  for (let i = 0; i < text.length; i++) {
     const c = text[i]!;
     if (quoted) {
-      if (c === '"' && text[i + 1] === '"') (field += '"'), (i += 2);
-      else if (c === '"') (quoted = false), i++;
-      else (field += c), i++;
-    } else if (c === '"' && field === '') (quoted = true), i++;
-    else if (c === ',') record.push(field), (field = ''), i++;
-    else if (c === '\r' && text[i + 1] === '\n') record.push(field), records.push(record), (record = []), (field = ''), (i += 2);
-    else if (c === '\n' || c === '\r' || c === '"') throw new Error(`bare ${JSON.stringify(c)} at ${i}`);
-    else (field += c), i++;
+      if (c !== '"') field += c;
+      else if (text[i + 1] === '"') {
+        field += '"';
+        i++;
+      } else quoted = false;
+      continue;
+    }
+    if (c === '"' && field === '') {
+      quoted = true;
+    } else if (c === ',') {
+      record.push(field);
+      field = '';
+    } else if (c === '\r' && text[i + 1] === '\n') {
+      record.push(field);
+      records.push(record);
+      record = [];
+      field = '';
+      i++;
+    } else if (c === '\n' || c === '\r' || c === '"') {
+      throw new Error(`bare ${JSON.stringify(c)} at ${i}`);
+    } else {
+      field += c;
+    }
   }
   if (field !== '' || record.length) throw new Error('the last record does not end with CRLF');
   return records;
