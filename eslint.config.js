@@ -49,6 +49,29 @@ export default tseslint.config(
     },
   },
   {
+    // Contracts are types shared by every layer: they import nothing of the layers.
+    files: ['src/contracts/**'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        patterns: [
+          { regex: '^(?!\\./[\\w.-]+\\.ts$)', message: 'Contracts are shared types: they import only each other (architecture.md).' },
+        ],
+      }],
+    },
+  },
+  {
+    // Adapters reach the outside world for the controllers and the API's ports: never the API's
+    // folder, the controllers or the charts.
+    files: ['src/adapters/**'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        patterns: [
+          { group: ['**/api/**', '**/controllers/**', '**/machines/**'], message: 'Adapters depend on contracts, never on the API, controllers or charts (architecture.md).' },
+        ],
+      }],
+    },
+  },
+  {
     files: ['src/state/**', 'src/db/**'],
     rules: {
       'no-restricted-imports': ['error', {

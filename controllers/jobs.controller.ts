@@ -6,7 +6,8 @@ import PQueue from 'p-queue';
 import { readFileSync } from 'node:fs';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
-import type { DB, ActionKind } from '../src/db/schema.ts';
+import type { DB } from '../src/db/schema.ts';
+import { JOB_KINDS, QUEUED_KINDS, type JobKind } from '../src/contracts/job-kinds.ts';
 import type { Database } from '../src/db/database.ts';
 import { jobMachine, phaseOf, JOB_CHART_VERSION, type JobOutcomeState, type StepInput } from '../machines/job.machine.ts';
 import { hostMigrationMachine, HOST_MIGRATION_CHART_VERSION } from '../machines/host-migration.machine.ts';
@@ -19,10 +20,6 @@ import { getSetting } from '../src/state/settings.ts';
 import { engineUnreachable, parsePullProgress, runCompose, type ComposeRun } from '../src/adapters/compose-cli.ts';
 import type { InstallerEnv, PlatformFiles } from '../src/adapters/platform-files.ts';
 
-/** Compose kinds this controller runs through the job chart. */
-export const COMPOSE_KINDS: readonly ActionKind[] = ['deploy', 'restart', 'stop', 'kill', 'pull', 'compose-up', 'apply-config'];
-/** Every kind run in the one-at-a-time queue; cancel-job is handled apart, at once. */
-export const QUEUED_KINDS: readonly ActionKind[] = [...COMPOSE_KINDS, 'migrate-host'];
 
 export interface JobsControllerDeps {
   db: Kysely<DB>;
@@ -75,18 +72,11 @@ const STEP_ARGS: Record<string, (services: string[]) => string[]> = {
   recreate: (s) => ['up', '-d', '--force-recreate', '--pull', 'never', ...s],
 };
 
-/** The chart's steps for a job kind. `prune` removes dangling images after a pull. */
-export function stepsFor(kind: ActionKind): { steps: string[]; needsPrepare: boolean } {
-  switch (kind) {
-    case 'restart': return { steps: ['restart'], needsPrepare: false };
-    case 'stop': return { steps: ['stop'], needsPrepare: false };
-    case 'kill': return { steps: ['kill'], needsPrepare: false };
-    case 'pull': return { steps: ['pull', 'prune'], needsPrepare: false };
-    case 'compose-up': return { steps: ['up-pulled'], needsPrepare: false };
-    case 'deploy': return { steps: ['pull', 'up', 'prune'], needsPrepare: true };
-    case 'apply-config': return { steps: ['recreate'], needsPrepare: true };
-    default: throw new Error(`${kind} is not a compose job`);
-  }
+/** The chart's steps for a job kind (the table in src/contracts/job-kinds.ts). */
+export function stepsFor(kind: JobKind): { steps: string[]; needsPrepare: boolean } {
+  const def = JOB_KINDS[kind];
+  if (def.chart !== 'job') throw new Error(`${kind} is not a compose job`);
+  return { steps: [...def.steps], needsPrepare: def.needsPrepare };
 }
 
 function isOurComposeProcess(pid: number, project: string): boolean {
@@ -394,7 +384,7 @@ export class JobsController {
           void run.exited.then((code) => {
             exited = true;
             if (code === 0) sendBack({ type: 'COPIED' });
-            else sendBack({ type: 'COPY_FAILED', message: `copying migrate-host.sh to ${scriptPath} on the host failed (exit ${code})` });
+            else sendBack({ type: 'COPY_FAILED', exitCode: code, message: `copying migrate-host.sh to ${scriptPath} on the host failed (exit ${code})` });
           });
         },
         (err: Error) => sendBack({ type: 'COPY_FAILED', message: err.message }),

@@ -8,7 +8,7 @@ import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { DB } from '../src/db/schema.ts';
 import type { Database } from '../src/db/database.ts';
-import type { RuntimePort } from '../src/api/ports.ts';
+import type { RuntimePort } from '../src/contracts/ports.ts';
 import { resolveChannel } from '../src/config.ts';
 import { currentMigration } from '../src/db/migrate.ts';
 import { auditTrailChanged, recordFinished, recordStarted } from '../src/state/actions.ts';

@@ -2,9 +2,10 @@
 // digest this backend now runs with the update's target and previous digests (the helper's status
 // file is not readable here), and the schema migration with the one recorded before the update.
 // When it did not stick, the local channel tag is taken back from the failed build; when nothing can
-// be read, the update is closed as `undecided` rather than left in flight. The helper's wait is
-// bounded by its deadline (a timestamp on the request); every other waiting state by the hung
-// guard, which counts as a failed attempt.
+// be read, the update is closed as `undecided` rather than left in flight. Every waiting state has
+// the hung guard, which counts as a failed attempt; the helper's wait runs to the helper's deadline
+// (a timestamp on the request) first, so its guard fires the guard's minutes after that deadline:
+// an engine that accepts a request and never answers cannot hold the installer.
 import { assign, fromPromise, setup, type AnyEventObject } from 'xstate';
 import { hungMessage } from './job.machine.ts';
 
@@ -179,6 +180,12 @@ const failedIn = (step: ReconcileStep) =>
     failedStep: () => step,
   });
 
+/** How long the helper's wait may take: until its deadline, then the hung guard's minutes. */
+export function helperWaitMs(deadline: string | null, hungMinutes: number, now = Date.now()): number {
+  const untilDeadline = deadline === null ? 0 : Math.max(0, Date.parse(deadline) - now);
+  return (Number.isFinite(untilDeadline) ? untilDeadline : 0) + hungMinutes * 60_000;
+}
+
 /** The hung guard of a step: the attempt counts as failed, with the spec's message. */
 const hungIn = (step: ReconcileStep) =>
   assign<ReconcileContext, AnyEventObject, undefined, AnyEventObject, never>({
@@ -220,6 +227,7 @@ export const bootReconcileMachine = setup({
   delays: {
     retryDelay: ({ context }) => context.retryMs,
     hungTimeout: ({ context }) => context.hungMinutes * 60_000,
+    helperTimeout: ({ context }) => helperWaitMs(context.pending?.helperDeadline ?? null, context.hungMinutes),
   },
 }).createMachine({
   id: 'bootReconcile',
@@ -251,6 +259,7 @@ export const bootReconcileMachine = setup({
     // The outcome is decided only after the helper has exited: a new build that boots and is
     // then judged unhealthy must not report itself completed.
     waitingForHelper: {
+      after: { helperTimeout: { target: 'retrying', actions: hungIn('waitForHelper') } },
       invoke: {
         id: 'waitForHelper',
         src: 'waitForHelper',

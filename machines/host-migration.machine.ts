@@ -1,6 +1,7 @@
 // The host migration job: copy the bundled migrate-host.sh to the host, then run it in the host's
 // namespaces from a short-lived privileged container; in both waiting states output resets the hung
-// guard. The exit code is the script's: null when the job ends without the script ending.
+// guard. The exit code is that of the step that failed (the copy's container, or the script's):
+// null when the job ends without a process ending.
 import { assign, fromCallback, setup, type EventObject } from 'xstate';
 import { hungMessage } from './job.machine.ts';
 
@@ -18,7 +19,8 @@ export interface HostMigrationContext {
 
 export type HostMigrationEvent =
   | { type: 'COPIED' }
-  | { type: 'COPY_FAILED'; message: string }
+  /** exitCode: the copy container's, when it ran and failed; absent when it could not run. */
+  | { type: 'COPY_FAILED'; message: string; exitCode?: number }
   | { type: 'OUTPUT' }
   | { type: 'EXITED'; exitCode: number }
   | { type: 'RUN_FAILED'; message: string }
@@ -69,7 +71,7 @@ export const hostMigrationMachine = setup({
       },
       on: {
         COPIED: 'running',
-        COPY_FAILED: { target: 'failed', actions: assign({ detail: ({ event }) => event.message }) },
+        COPY_FAILED: { target: 'failed', actions: assign({ detail: ({ event }) => event.message, exitCode: ({ event }) => event.exitCode ?? null }) },
         CANCEL: { target: 'cancelled', actions: assign({ detail: ({ event }) => `cancelled by ${event.by}` }) },
       },
     },

@@ -7,7 +7,8 @@ import type { AnyStateMachine } from 'xstate';
 import { toDirectedGraph } from 'xstate/graph';
 import type { DirectedGraphNode } from 'xstate/graph';
 import type { DB } from './db/schema.ts';
-import type { ChartEdge, ChartInstance, ChartNode, ChartView, MachinesPort } from './api/ports.ts';
+import { JOB_KINDS } from './contracts/job-kinds.ts';
+import type { ChartEdge, ChartInstance, ChartNode, ChartView, MachinesPort } from './contracts/ports.ts';
 import { listJobs, type JobView } from './state/jobs.ts';
 import { listSelfUpdates, SPAWNED, type SelfUpdateView } from './state/self-update.ts';
 import { jobMachine, JOB_CHART_VERSION } from '../machines/job.machine.ts';
@@ -199,8 +200,8 @@ export function machineCharts(db: Kysely<DB>): MachinesPort {
       return SPECS.map((s) => {
         const g = graphs.get(s.id)!;
         let instances: ChartInstance[];
-        if (s.id === 'job') instances = jobs.filter((j) => j.kind !== 'migrate-host' && j.kind !== 'cancel-job' && j.kind !== 'self-update').slice(0, CHART_INSTANCES).map((j) => jobInstance(g.rootId, j));
-        else if (s.id === 'hostMigration') instances = jobs.filter((j) => j.kind === 'migrate-host').slice(0, CHART_INSTANCES).map((j) => jobInstance(g.rootId, j));
+        if (s.id === 'job') instances = jobs.filter((j) => JOB_KINDS[j.kind].chart === 'job').slice(0, CHART_INSTANCES).map((j) => jobInstance(g.rootId, j));
+        else if (s.id === 'hostMigration') instances = jobs.filter((j) => JOB_KINDS[j.kind].chart === 'host-migration').slice(0, CHART_INSTANCES).map((j) => jobInstance(g.rootId, j));
         else if (s.id === 'selfUpdate') instances = updates.map((u) => selfUpdateInstance(g.rootId, u));
         else instances = reconcileInstances(g.rootId, updates);
         return { id: s.id, title: s.title, description: s.description, version: s.version, ...g, instances };

@@ -22,7 +22,7 @@ import { machineCharts } from './machine-charts.ts';
 import { userDirectory, type AppDeps } from './api/app.ts';
 import { localSocketPath, serveLocalSocket } from './adapters/local-socket.ts';
 import { runUserCommand, userCommandSchema } from './state/user-commands.ts';
-import type { PlatformPort, RuntimePort } from './api/ports.ts';
+import type { PlatformPort, RuntimePort } from './contracts/ports.ts';
 
 export interface Wired {
   deps: AppDeps;

@@ -5,7 +5,7 @@
 import type Docker from 'dockerode';
 import { connect, type Socket } from 'node:net';
 import type { Readable } from 'node:stream';
-import type { ContainerLogLine, ContainerLogsPort, LogFeed, LogSelection, PlatformContainer } from '../api/ports.ts';
+import type { ContainerLogLine, ContainerLogsPort, LogFeed, LogSelection, PlatformContainer } from '../contracts/ports.ts';
 
 export const PROJECT_LABEL = 'com.docker.compose.project';
 export const SERVICE_LABEL = 'com.docker.compose.service';

@@ -3,7 +3,7 @@
 import Docker from 'dockerode';
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
-import type { ContainerView, VersionInfo } from '../api/ports.ts';
+import type { ContainerView, VersionInfo } from '../contracts/ports.ts';
 
 export function connectEngine(socketPath: string): Docker {
   return new Docker({ socketPath });

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
-import type { RuntimePort, SelfUpdatePort } from '../api/ports.ts';
+import type { RuntimePort, SelfUpdatePort } from '../contracts/ports.ts';
 
 export const HELPER_NAME = 'installer-self-updater';
 export const HELPER_SCRIPT = '/usr/src/app/scripts/self-update.sh';
@@ -20,6 +20,8 @@ export const BACKEND_SERVICE = 'backend';
 const MAX_COMPOSE_BYTES = 1024 * 1024;
 /** How long resolving a registry digest through the engine may take (docs/adr/0012-dependency-faults.md). */
 export const REGISTRY_TIMEOUT_MS = 10_000;
+/** How long one engine request about the helper (inspect, logs) may take. */
+export const ENGINE_REQUEST_TIMEOUT_MS = 10_000;
 /** Where an installer image ships the compose files it publishes (scripts/build-image.sh). */
 export const IMAGE_COMPOSE_DIR = '/usr/src/app/deploy';
 /** A failed background pull of the channel's newest image is not tried again for this long. */
@@ -521,9 +523,12 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
   async waitHelper(id: string | null, opts: { deadline: Date | null; signal: AbortSignal }): Promise<HelperExit> {
     const c = this.docker.getContainer(id ?? HELPER_NAME);
     const missing: HelperExit = { state: 'missing', exitCode: null, status: null, switchFailure: null, rollbackFailure: null };
+    // Every request but the wait itself is bounded: an engine that takes a request and never
+    // answers must fail this attempt (which is retried), not hold the boot reconciliation.
+    const bounded = () => ({ abortSignal: AbortSignal.any([opts.signal, AbortSignal.timeout(ENGINE_REQUEST_TIMEOUT_MS)]) }) as object;
     let info: Docker.ContainerInspectInfo;
     try {
-      info = await c.inspect({ abortSignal: opts.signal } as object);
+      info = await c.inspect(bounded());
     } catch (err) {
       if (statusOf(err) === 404) return missing;
       throw err;
@@ -552,13 +557,13 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
       }
       if (opts.signal.aborted) throw new Error('stopped waiting for the helper');
       try {
-        info = await c.inspect();
+        info = await c.inspect(bounded());
       } catch (err) {
         if (statusOf(err) === 404) return missing;
         throw err;
       }
     }
-    const raw = (await c.logs({ stdout: true, stderr: true, follow: false, tail: 400 })) as unknown as Buffer;
+    const raw = (await c.logs({ stdout: true, stderr: true, follow: false, tail: 400, ...bounded() })) as unknown as Buffer;
     const parsed = parseHelperLog(demultiplex(Buffer.isBuffer(raw) ? raw : Buffer.from(String(raw))));
     return {
       state: timedOut ? 'timed-out' : 'exited',

@@ -9,7 +9,7 @@ import { serializerCompiler, validatorCompiler, jsonSchemaTransform } from 'fast
 import type { Logger } from 'pino';
 import type { Settings } from '../config.ts';
 import type { Database } from '../db/database.ts';
-import type { ContainerLogsPort, DiagnosticsPort, JobsPort, MachinesPort, PlatformPort, RuntimePort, TlsView } from './ports.ts';
+import type { ContainerLogsPort, DiagnosticsPort, JobsPort, MachinesPort, PlatformPort, RuntimePort, TlsView } from '../contracts/ports.ts';
 import type { JobEventLog } from '../state/job-events.ts';
 import type { Sealer } from '../state/platform-config.ts';
 import { authPlugin } from './auth.ts';
@@ -30,7 +30,7 @@ import { systemRoutes } from './routes/system.ts';
 import { observabilityRoutes } from './routes/observability.ts';
 import { tlsRoutes } from './routes/tls.ts';
 import { InstallerMetrics, metricsPlugin } from './metrics.ts';
-import type { SelfUpdatePort } from './ports.ts';
+import type { SelfUpdatePort } from '../contracts/ports.ts';
 
 export interface AppDeps {
   settings: Settings;

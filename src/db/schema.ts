@@ -1,4 +1,5 @@
 // Table types for Kysely. Column names are snake_case in SQL and the same here.
+import type { JobKind } from '../contracts/job-kinds.ts';
 import type { ColumnType, Generated, Insertable, Selectable, Updateable } from 'kysely';
 
 type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
@@ -47,7 +48,7 @@ export interface DeploymentActionsTable {
 /** Desired state: what someone asked a job to do. */
 export interface DeploymentJobsTable {
   job_id: string;
-  kind: ActionKind;
+  kind: JobKind;
   params: Json<Record<string, unknown>>;
   actor: string;
   actor_email: string | null;

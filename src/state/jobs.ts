@@ -3,7 +3,8 @@
 // never run twice at once, whatever number of controllers wake.
 import { randomUUID } from 'node:crypto';
 import { sql, type Kysely, type Transaction } from 'kysely';
-import type { ActionKind, Condition, DB, JobPhase } from '../db/schema.ts';
+import type { Condition, DB, JobPhase } from '../db/schema.ts';
+import type { JobKind } from '../contracts/job-kinds.ts';
 import type { Actor } from '../auth/actor.ts';
 import { conflict } from '../errors.ts';
 import { IN_FLIGHT as UPDATE_IN_FLIGHT } from './self-update.ts';
@@ -21,7 +22,7 @@ export interface JobParams {
 
 export interface JobView {
   jobId: string;
-  kind: ActionKind;
+  kind: JobKind;
   params: JobParams;
   actor: string;
   actorEmail: string | null;
@@ -38,7 +39,7 @@ export interface JobView {
 }
 
 /** Inserts a job request with its queued status and wakes the controllers, in one transaction. */
-export async function createJob(db: Conn, input: { kind: ActionKind; params: JobParams; actor: Actor }): Promise<string> {
+export async function createJob(db: Conn, input: { kind: JobKind; params: JobParams; actor: Actor }): Promise<string> {
   const jobId = randomUUID();
   const write = async (tx: Transaction<DB>) => {
     if (input.kind !== 'cancel-job') {
@@ -80,7 +81,7 @@ const jobColumns = [
 ] as const;
 
 type JobRow = {
-  job_id: string; kind: ActionKind; params: unknown; actor: string; actor_email: string | null; created_at: Date;
+  job_id: string; kind: JobKind; params: unknown; actor: string; actor_email: string | null; created_at: Date;
   cancel_requested_by: string | null; phase: JobPhase; detail: string | null; exit_code: number | null;
   started_at: Date | null; finished_at: Date | null; hung_deadline: Date | null; conditions: unknown; snapshot: unknown;
 };
@@ -132,7 +133,7 @@ export async function listJobs(db: Conn, opts: { limit: number; phases?: JobPhas
  * Claims the oldest queued job of the given kinds for this worker: its status becomes running.
  * Returns undefined when there is none (or all are claimed by others).
  */
-export async function claimNextJob(db: Kysely<DB>, worker: string, kinds: { only?: ActionKind[]; except?: ActionKind[] }): Promise<JobView | undefined> {
+export async function claimNextJob(db: Kysely<DB>, worker: string, kinds: { only?: JobKind[]; except?: JobKind[] }): Promise<JobView | undefined> {
   const jobId = await db.transaction().execute(async (tx) => {
     let q = tx
       .selectFrom('deployment_job_status as s')
@@ -212,7 +213,7 @@ export async function requestCancel(db: Conn, jobId: string, by: string): Promis
 }
 
 /** Jobs left running by a process that is gone (a backend restart), with the runner's pid. */
-export async function runningJobs(db: Conn): Promise<{ jobId: string; kind: ActionKind; runnerPid: number | null }[]> {
+export async function runningJobs(db: Conn): Promise<{ jobId: string; kind: JobKind; runnerPid: number | null }[]> {
   const rows = await db
     .selectFrom('deployment_job_status as s')
     .innerJoin('deployment_jobs as j', 'j.job_id', 's.job_id')

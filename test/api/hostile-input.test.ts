@@ -27,7 +27,7 @@ import {
 import { buildApp, type RouteEntry } from '../../src/api/app.ts';
 import { parseInstant, TAIL_MAX } from '../../src/api/routes/logs.ts';
 import { ACTIONS_LIMIT } from '../../src/api/routes/deployment.ts';
-import type { ContainerLogsPort, LogFeed, LogSelection, PlatformContainer } from '../../src/api/ports.ts';
+import type { ContainerLogsPort, LogFeed, LogSelection, PlatformContainer } from '../../src/contracts/ports.ts';
 
 // The route table records method, path and role; the schemas come from the same registrations,
 // captured by a hook added to every Fastify instance this file creates.

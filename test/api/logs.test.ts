@@ -6,7 +6,7 @@ import { connect } from 'node:net';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { parseSse } from '../helpers/sse.ts';
 import { parseInstant, TAIL_DEFAULT, TAIL_MAX } from '../../src/api/routes/logs.ts';
-import type { ContainerLogLine, ContainerLogsPort, LogFeed, LogSelection, PlatformContainer } from '../../src/api/ports.ts';
+import type { ContainerLogLine, ContainerLogsPort, LogFeed, LogSelection, PlatformContainer } from '../../src/contracts/ports.ts';
 
 const CONTAINERS: PlatformContainer[] = [
   { id: 'a1', name: 'platform-web-1', service: 'web', state: 'running' },

@@ -7,7 +7,8 @@ import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import path from 'node:path';
-import { composeFileOfChannel, demultiplex, fetchComposeFile, firstFileOfTar, helperSpec, imageComposePath, parseHelperLog, stagedComposePath } from '../../src/adapters/self-update.ts';
+import Docker from 'dockerode';
+import { composeFileOfChannel, DockerSelfUpdateEngine, ENGINE_REQUEST_TIMEOUT_MS, demultiplex, fetchComposeFile, firstFileOfTar, helperSpec, imageComposePath, parseHelperLog, stagedComposePath } from '../../src/adapters/self-update.ts';
 import { Readable } from 'node:stream';
 
 const COMPOSE = 'name: installer\nservices:\n  backend:\n    image: x\n';
@@ -104,4 +105,29 @@ describe('the helper container', () => {
       labels: { 'io.installer.self-update.request': 'r-1', 'io.installer.self-update.target': 'sha256:abc' },
     });
   });
+});
+
+describe("the helper's wait against an engine that takes requests and never answers", () => {
+  it('fails the attempt after ENGINE_REQUEST_TIMEOUT_MS instead of holding the boot reconciliation', async () => {
+    const sock = path.join(dir, 'silent-engine.sock');
+    const seen: string[] = [];
+    // Answers the inspect (an exited helper) and never answers the logs request.
+    const engine = createServer((req, res) => {
+      seen.push(`${req.method} ${req.url?.split('?')[0]}`);
+      if (req.url?.includes('/json')) res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ State: { Running: false, ExitCode: 0 } }));
+    });
+    await new Promise<void>((r) => engine.listen(sock, r));
+    try {
+      const su = new DockerSelfUpdateEngine(new Docker({ socketPath: sock }), {} as never, {} as never);
+      const started = Date.now();
+      await expect(su.waitHelper('cid', { deadline: null, signal: new AbortController().signal })).rejects.toThrow(/abort/i);
+      const took = Date.now() - started;
+      expect(took).toBeGreaterThanOrEqual(ENGINE_REQUEST_TIMEOUT_MS - 100);
+      expect(took).toBeLessThan(ENGINE_REQUEST_TIMEOUT_MS + 5_000);
+      expect(seen.map((s) => s.replace(/^GET \/v[\d.]+/, 'GET '))).toEqual(['GET /containers/cid/json', 'GET /containers/cid/logs']);
+    } finally {
+      engine.closeAllConnections();
+      await new Promise((r) => engine.close(r));
+    }
+  }, 30_000);
 });

@@ -27,6 +27,10 @@ describe('deploy/docker-compose*.yml', () => {
       const pinned = JSON.parse((await config(file, { DATABASE_PASSWORD: 'pw', VERSION: `${channel}-123`, POSTGRES_IMAGE: 'mirror/pg:15' })).stdout).services;
       expect(pinned.backend.image).toBe(`${registry}/installer:${channel}-123`);
       expect(pinned.postgres.image).toBe('mirror/pg:15');
+      // The rollback tag reaches the backend: `rollback` by default, the operator's value when set.
+      expect(s.backend.environment.SELF_UPDATE_ROLLBACK_TAG).toBe('rollback');
+      const otherTag = JSON.parse((await config(file, { DATABASE_PASSWORD: 'pw', SELF_UPDATE_ROLLBACK_TAG: 'previous' })).stdout).services;
+      expect(otherTag.backend.environment.SELF_UPDATE_ROLLBACK_TAG).toBe('previous');
     });
   }
 

@@ -157,9 +157,11 @@ async function expectConverged(jobId: string, want: { phase: 'completed' | 'fail
   expect(stored.filter((e) => e.type === 'finished')).toHaveLength(1);
   expect(stored.at(-1)?.type).toBe('finished');
 
-  const audit = await db.database.db.selectFrom('deployment_actions').select(['status', 'detail']).where('job_id', '=', jobId).execute();
+  const audit = await db.database.db.selectFrom('deployment_actions').select(['status', 'detail', 'exit_code']).where('job_id', '=', jobId).execute();
   expect(audit, 'one audit row').toHaveLength(1);
   expect(audit[0]!.status).toBe(want.phase);
+  // A job that ended without its process ending (interrupted by the restart) has no exit code.
+  if (want.state === 'interrupted') expect(audit[0]!.exit_code).toBeNull();
 
   await expectQuiet();
 }

@@ -11,7 +11,7 @@ import { parseSse, type SseMessage } from '../helpers/sse.ts';
 import { ContainerLogs, openEngineStream } from '../../src/adapters/container-logs.ts';
 import { connectEngine } from '../../src/adapters/docker-engine.ts';
 import { secretScrubber, REDACTED } from '../../src/logger.ts';
-import type { ContainerLogLine } from '../../src/api/ports.ts';
+import type { ContainerLogLine } from '../../src/contracts/ports.ts';
 
 const COMPOSE_FILE = path.join(ROOT, 'test/fixtures/logs-platform/docker-compose.yml');
 const project = uniqueName('logs-t');

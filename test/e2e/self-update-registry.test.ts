@@ -12,7 +12,7 @@ import { ROOT } from '../helpers/process.ts';
 import { docker, REGISTRY, run } from '../helpers/rig.ts';
 import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/app.ts';
 import { eventually } from '../helpers/self-update.ts';
-import type { RuntimePort, VersionInfo } from '../../src/api/ports.ts';
+import type { RuntimePort, VersionInfo } from '../../src/contracts/ports.ts';
 import type { DockerSelfUpdateEngine } from '../../src/adapters/self-update.ts';
 
 const ns = `sur-${randomBytes(3).toString('hex')}`;

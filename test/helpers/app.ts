@@ -10,7 +10,7 @@ import type { SelfUpdateEngine } from '../../src/adapters/self-update.ts';
 import { loadSettings, type Settings } from '../../src/config.ts';
 import { createLogger, RecentLines, SecretSet } from '../../src/logger.ts';
 import { createUser } from '../../src/state/users.ts';
-import type { ContainerLogsPort, RuntimePort, VersionInfo } from '../../src/api/ports.ts';
+import type { ContainerLogsPort, RuntimePort, VersionInfo } from '../../src/contracts/ports.ts';
 import { createTestDatabase, type TestDatabase } from './db.ts';
 import type { Role } from '../../src/db/schema.ts';
 

@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import type { Wired } from '../../src/wiring.ts';
 import type { Settings } from '../../src/config.ts';
-import type { RuntimePort, VersionInfo } from '../../src/api/ports.ts';
+import type { RuntimePort, VersionInfo } from '../../src/contracts/ports.ts';
 import type { HelperExit, HelperSpec, SelfUpdateEngine } from '../../src/adapters/self-update.ts';
 import type { TestDatabase } from './db.ts';
 import { startTestApp } from './app.ts';

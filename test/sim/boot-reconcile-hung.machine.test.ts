@@ -1,9 +1,10 @@
-// The hung guard of the boot reconciliation chart on a SimulatedClock: finding, inspecting and
-// recording are each abandoned after exactly the guard's minutes, counted as a failed attempt with
-// the spec's message, and retried. The helper's wait is bounded by its own deadline instead.
+// The hung guard of the boot reconciliation chart on a SimulatedClock: finding, the helper's wait,
+// inspecting and recording are each abandoned after exactly the guard's minutes, counted as a
+// failed attempt with the spec's message, and retried. The helper's wait runs to its deadline
+// first: its guard fires the guard's minutes after the deadline.
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, SimulatedClock, type EventObject } from 'xstate';
-import { bootReconcileMachine, type HelperOutcome, type PendingUpdate, type RunningNow } from '../../machines/boot-reconcile.machine.ts';
+import { bootReconcileMachine, helperWaitMs, type HelperOutcome, type PendingUpdate, type RunningNow } from '../../machines/boot-reconcile.machine.ts';
 
 const pending: PendingUpdate = {
   requestId: 'r-1', actionId: '7', targetTag: 'dev-latest', targetDigest: 'sha256:new', targetImageId: 'img-new',
@@ -29,7 +30,6 @@ function start(stopped: string[]) {
 
 describe('boot reconciliation chart: the hung guard', () => {
   for (const [i, [state, invoke]] of ROUTE.entries()) {
-    if (state === 'waitingForHelper') continue;
     it(`${state}: abandoned after exactly 15 minutes as a failed attempt, then retried`, () => {
       const stopped: string[] = [];
       const { clock, actor } = start(stopped);
@@ -47,10 +47,25 @@ describe('boot reconciliation chart: the hung guard', () => {
     });
   }
 
-  it('the helper\'s wait has no hung guard of its own: its deadline bounds it', () => {
-    const { clock, actor } = start([]);
-    actor.send(done('findPending', pending));
-    clock.increment(60 * 60_000);
+  it('the helper\'s wait runs to its deadline, and is abandoned the guard\'s minutes after it', () => {
+    const stopped: string[] = [];
+    const { clock, actor } = start(stopped);
+    // A deadline 20 minutes from now (the guard's delay is read from it on entry).
+    actor.send(done('findPending', { ...pending, helperDeadline: new Date(Date.now() + 20 * 60_000).toISOString() }));
+    stopped.length = 0; // finding was left when it finished
+    clock.increment(20 * 60_000 + 15 * 60_000 - 5_000); // Date.now() moved on a little since
     expect(actor.getSnapshot().value).toBe('waitingForHelper');
+    clock.increment(5_000);
+    expect(actor.getSnapshot().value).toBe('retrying');
+    expect(stopped).toEqual(['waitForHelper']);
+    expect(actor.getSnapshot().context).toMatchObject({ attempts: 1, failedStep: 'waitForHelper', lastError: 'No output for 15 minutes — aborted as hung' });
+  });
+
+  it('helperWaitMs: the deadline, then the guard; a past or missing deadline leaves the guard alone', () => {
+    const now = Date.parse('2026-01-01T00:00:00Z');
+    expect(helperWaitMs('2026-01-01T00:10:00Z', 15, now)).toBe(25 * 60_000);
+    expect(helperWaitMs('2025-12-31T23:00:00Z', 15, now)).toBe(15 * 60_000);
+    expect(helperWaitMs(null, 15, now)).toBe(15 * 60_000);
+    expect(helperWaitMs('not a time', 15, now)).toBe(15 * 60_000);
   });
 });

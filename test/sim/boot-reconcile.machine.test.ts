@@ -33,8 +33,9 @@ const EVENTS: EventObject[] = [
   done('recordOutcome'), fail('recordOutcome'),
   done('recordUndecided'), fail('recordUndecided'),
   RETRY,
-  // The hung guard of every waiting state but the helper's (bounded by its deadline).
+  // The hung guard of every waiting state (the helper's after its deadline).
   ...['finding', 'inspecting', 'repointing', 'recording', 'givingUp'].map((state) => ({ type: `xstate.after.hungTimeout.bootReconcile.${state}` }) as EventObject),
+  { type: 'xstate.after.helperTimeout.bootReconcile.waitingForHelper' } as EventObject,
 ];
 
 const INPUT: ReconcileInput = { maxAttempts: 2, retryMs: 1_000 };
@@ -63,7 +64,7 @@ function model(events: readonly EventObject[], maxAttempts: number): { state: st
       attempts++;
       state = attempts < maxAttempts ? 'retrying' : found ? 'givingUp' : 'failed';
     };
-    const hungIn = e.type.startsWith('xstate.after.hungTimeout.bootReconcile.') ? e.type.slice('xstate.after.hungTimeout.bootReconcile.'.length) : null;
+    const hungIn = /^xstate\.after\.(hungTimeout|helperTimeout)\.bootReconcile\./.test(e.type) ? e.type.replace(/^.*\.bootReconcile\./, '') : null;
     if (hungIn !== null) {
       // An attempt that does not answer in time counts as a failed one; a stalled re-point is said
       // in the detail like a failed one; a stalled close of an undecided update ends in `failed`.

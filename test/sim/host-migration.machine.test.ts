@@ -11,6 +11,7 @@ const HUNG_COPYING = 'xstate.after.hungTimeout.hostMigration.copying.watching';
 const EVENTS = [
   { type: 'COPIED' },
   { type: 'COPY_FAILED', message: 'no space left' },
+  { type: 'COPY_FAILED', message: 'copying failed (exit 1)', exitCode: 1 },
   { type: 'OUTPUT' },
   { type: 'EXITED', exitCode: 0 },
   { type: 'EXITED', exitCode: 2 },
@@ -34,7 +35,7 @@ function model(events: readonly { type: string; message?: string; exitCode?: num
     if (state === 'copying') {
       if (e.type === 'COPIED') state = 'running';
       else if (e.type === HUNG_COPYING) [state, detail] = ['hung', 'No output for 15 minutes — aborted as hung'];
-      else if (e.type === 'COPY_FAILED') [state, detail] = ['failed', e.message!];
+      else if (e.type === 'COPY_FAILED') [state, detail, exitCode] = ['failed', e.message!, e.exitCode ?? null];
       else if (e.type === 'xstate.error.actor.copyScript') [state, detail] = ['failed', 'copy crashed'];
       else if (e.type === 'CANCEL') [state, detail] = ['cancelled', `cancelled by ${e.by}`];
     } else if (state === 'running') {
@@ -68,7 +69,8 @@ describe('host migration chart', () => {
       const value = actor.getSnapshot().value;
       expect(typeof value === 'string' ? value : Object.keys(value)[0]).toBe(want.state);
       expect(actor.getSnapshot().context.detail).toBe(want.detail);
-      // Only the script's own end gives an exit code; a cancel, the guard or a failed start give null.
+      // Only a process's own end gives an exit code (the copy's or the script's); a cancel, the
+      // guard or a step that could not start give null.
       expect(actor.getSnapshot().context.exitCode).toBe(want.exitCode);
     }
   });

@@ -26,4 +26,14 @@ describe('layer arrows', () => {
     expect((await lint('machines/example.machine.ts', `import { x } from '../src/state/actions.ts';\nexport default x;\n`)).length).toBe(1);
     expect((await lint('migrations/0099_x.ts', `import { ROLES } from '../src/db/schema.ts';\nexport default ROLES;\n`)).length).toBe(1);
   });
+
+  it('contracts import only each other; adapters never import the API, controllers or charts', async () => {
+    expect(await lint('src/contracts/example.ts', `import type { RuntimePort } from './ports.ts';\nexport type X = RuntimePort;\n`)).toEqual([]);
+    expect((await lint('src/contracts/example.ts', `import type { Role } from '../db/schema.ts';\nexport type X = Role;\n`)).length).toBe(1);
+    expect((await lint('src/contracts/example.ts', `import { z } from 'zod';\nexport default z;\n`)).length).toBe(1);
+    expect(await lint('src/adapters/example.ts', `import type { RuntimePort } from '../contracts/ports.ts';\nexport type X = RuntimePort;\n`)).toEqual([]);
+    for (const imp of ['../api/errors.ts', '../../controllers/jobs.controller.ts', '../../machines/job.machine.ts']) {
+      expect((await lint('src/adapters/example.ts', `import x from '${imp}';\nexport default x;\n`)).length, imp).toBe(1);
+    }
+  });
 });

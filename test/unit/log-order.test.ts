@@ -3,7 +3,7 @@
 // the order they arrived in.
 import { describe, expect, it } from 'vitest';
 import { placeInOrder } from '../../src/adapters/container-logs.ts';
-import type { ContainerLogLine } from '../../src/api/ports.ts';
+import type { ContainerLogLine } from '../../src/contracts/ports.ts';
 
 const line = (timestamp: string, text: string) => ({ timestamp, line: text }) as unknown as ContainerLogLine;
 

@@ -10,12 +10,11 @@ import { ACTION_KINDS, type ActionKind, type ActionStatus } from '../../db/schem
 import { parseInstant } from './logs.ts';
 import { csvLine } from '../csv.ts';
 import type { JobEventRecord } from '../../state/job-events.ts';
-import type { ActionView } from '../ports.ts';
+import type { ActionView } from '../../contracts/ports.ts';
+import { JOB_KIND_NAMES, JOB_KINDS, REQUESTABLE_KINDS } from '../../contracts/job-kinds.ts';
 import { INSTALLER_KEYS, putConfigChanges, pendingConfigChanges } from '../../state/platform-config.ts';
 import { badRequest, conflict, notFound, unavailable } from '../../errors.ts';
 
-export const JOB_ACTIONS = ['deploy', 'restart', 'stop', 'kill', 'pull', 'compose-up', 'apply-config'] as const;
-const TAKES_SERVICES: readonly string[] = ['restart', 'stop', 'kill', 'pull', 'compose-up', 'apply-config'];
 export const ACTIONS_LIMIT = { default: 50, max: 500 };
 const SERVICE_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$/;
 const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
@@ -24,7 +23,7 @@ export const MASK = '********';
 
 const jobSchema = z.object({
   jobId: z.string(),
-  kind: z.enum(ACTION_KINDS),
+  kind: z.enum(JOB_KIND_NAMES),
   services: z.array(z.string()),
   targetJobId: z.string().optional(),
   actor: z.string(),
@@ -188,7 +187,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Request a platform action; answered 202 with the jobId to follow',
         // Strict: a misspelled field (`service` for `services`) must not act on the whole platform.
         body: z.strictObject({
-          action: z.enum(JOB_ACTIONS),
+          action: z.enum(REQUESTABLE_KINDS),
           services: z.array(z.string().regex(SERVICE_NAME, 'must be a compose service name')).max(50).optional(),
         }),
         response: { 202: accepted },
@@ -196,7 +195,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) => {
       const { action } = req.body;
-      if (req.body.services?.length && !TAKES_SERVICES.includes(action)) throw badRequest(`services: ${action} acts on the whole platform and takes no services`);
+      if (req.body.services?.length && !JOB_KINDS[action].takesServices) throw badRequest(`services: ${action} acts on the whole platform and takes no services`);
       const services = await checkServices(req.body.services);
       const jobId = await createJob(db, { kind: action, params: services.length ? { services } : {}, actor: req.actor() });
       return reply.status(202).send({ jobId, kind: action, status: 'queued' as const });

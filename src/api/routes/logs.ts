@@ -8,7 +8,7 @@ import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { badRequest, notFound, unavailable } from '../../errors.ts';
-import type { ContainerLogLine, ContainerLogsPort, LogFeed } from '../ports.ts';
+import type { ContainerLogLine, ContainerLogsPort, LogFeed } from '../../contracts/ports.ts';
 
 /** Lines per container sent before following, when `tail` is not given. */
 export const TAIL_DEFAULT = 100;

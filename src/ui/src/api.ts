@@ -1,6 +1,6 @@
 // The API client: the bearer token lives in sessionStorage (gone when the tab closes); a 401 from
 // any call clears it and sends the user to sign-in.
-import type { ContainerView as Container } from '../../api/ports.ts';
+import type { ContainerView as Container } from '../../contracts/ports.ts';
 
 export type Role = 'viewer' | 'operator' | 'admin';
 const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
@@ -176,7 +176,7 @@ export interface MigrateInfo {
 
 // The chart, audit-row and container shapes are the API's own (GET /api/machines,
 // /api/deployment/actions, the status and logs endpoints), imported as types only.
-export type { ChartNode, ChartEdge, ChartInstance, ChartView as Chart, ActionView as Action } from '../../api/ports.ts';
+export type { ChartNode, ChartEdge, ChartInstance, ChartView as Chart, ActionView as Action } from '../../contracts/ports.ts';
 export type { Container };
 
 export interface LogLine {

@@ -6,15 +6,17 @@ import { useApp } from '../app.tsx';
 import { ago, shortDigest, time } from '../format.ts';
 import { Link, navigate } from '../router.tsx';
 import { Badge, Dialog, ErrorBox, Notice, usePoll } from '../components/common.tsx';
+import { JOB_KINDS } from '../../../contracts/job-kinds.ts';
 
+/** What the buttons say of each kind POST /api/deployment/jobs starts; the rest is in the one table of job kinds. */
 export const ACTIONS = [
-  { action: 'deploy', label: 'Deploy', what: 'fetch the templates, pull, then compose up the whole platform', destructive: true, takesServices: false },
-  { action: 'restart', label: 'Restart', what: 'restart the containers in place', destructive: true, takesServices: true },
-  { action: 'stop', label: 'Stop', what: 'docker compose stop', destructive: true, takesServices: true },
-  { action: 'kill', label: 'Kill', what: 'docker compose kill: no graceful shutdown', destructive: true, takesServices: true },
-  { action: 'pull', label: 'Pull', what: 'pull the images (nothing restarts)', destructive: false, takesServices: true },
-  { action: 'compose-up', label: 'Compose up', what: 'start the images already pulled', destructive: false, takesServices: true },
-  { action: 'apply-config', label: 'Apply config', what: 'write pending .env changes and recreate the services', destructive: true, takesServices: true },
+  { action: 'deploy', label: 'Deploy', what: 'fetch the templates, pull, then compose up the whole platform', destructive: true },
+  { action: 'restart', label: 'Restart', what: 'restart the containers in place', destructive: true },
+  { action: 'stop', label: 'Stop', what: 'docker compose stop', destructive: true },
+  { action: 'kill', label: 'Kill', what: 'docker compose kill: no graceful shutdown', destructive: true },
+  { action: 'pull', label: 'Pull', what: 'pull the images (nothing restarts)', destructive: false },
+  { action: 'compose-up', label: 'Compose up', what: 'start the images already pulled', destructive: false },
+  { action: 'apply-config', label: 'Apply config', what: 'write pending .env changes and recreate the services', destructive: true },
 ] as const;
 
 type ActionDef = (typeof ACTIONS)[number];
@@ -108,7 +110,7 @@ function ActionsCard(props: { services: string[]; busy: boolean }) {
     setSending(true);
     setError(null);
     try {
-      const body = a.takesServices && selected.length ? { action: a.action, services: selected } : { action: a.action };
+      const body = JOB_KINDS[a.action].takesServices && selected.length ? { action: a.action, services: selected } : { action: a.action };
       const r = await api<{ jobId: string }>('/api/deployment/jobs', { method: 'POST', json: body });
       setConfirm(null);
       navigate(`/jobs/${r.jobId}`);
@@ -118,7 +120,7 @@ function ActionsCard(props: { services: string[]; busy: boolean }) {
       setSending(false);
     }
   };
-  const target = (a: ActionDef) => (a.takesServices && selected.length ? `the service${selected.length > 1 ? 's' : ''} ${selected.join(', ')}` : 'the whole platform');
+  const target = (a: ActionDef) => (JOB_KINDS[a.action].takesServices && selected.length ? `the service${selected.length > 1 ? 's' : ''} ${selected.join(', ')}` : 'the whole platform');
 
   return (
     <section class="card" aria-labelledby="actions-title" data-testid="actions">

@@ -1,5 +1,7 @@
-// What the API needs from outside the database, as interfaces. main.ts wires the adapters in,
-// so routes never import dockerode or the file system directly.
+// The contracts between the layers, as types: what the API needs from outside the database, and
+// the shapes that adapters, controllers and the UI share. A folder of its own, so that adapters and
+// the UI do not depend on the API's folder. main.ts wires the adapters in, so routes never import
+// dockerode or the file system directly.
 export interface VersionInfo {
   /** False when the installer does not run in a container (development): then no image is reported. */
   inContainer: boolean;
