@@ -1,7 +1,7 @@
 // The audit trail, newest first: filters by actor, kind, status and time, older pages through the
 // API's cursor (`Link: rel="next"`), and the same selection as a CSV file; for admins, the
 // diagnostics bundle to hand to support.
-import { useEffect, useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, download, hasRole, request, type Action } from '../api.ts';
 import { useApp } from '../app.tsx';
 import { time } from '../format.ts';
@@ -46,8 +46,14 @@ async function readPage(url: string, signal?: AbortSignal): Promise<{ url: strin
   return { url, rows: (await res.json()) as Action[], next };
 }
 
-/** Newest first, as the API orders: creation time, then id. */
-const newestFirst = (a: Action, b: Action) => (a.createdAt === b.createdAt ? (BigInt(b.id) > BigInt(a.id) ? 1 : -1) : a.createdAt < b.createdAt ? 1 : -1);
+/**
+ * `newer` followed by the rows of `older` it does not hold: both in the API's order (newest first),
+ * and every row of `older` missing from `newer` is older than all of it, so the result is in order too.
+ */
+function merge(newer: Action[], older: Action[]): Action[] {
+  const ids = new Set(newer.map((r) => r.id));
+  return [...newer, ...older.filter((r) => !ids.has(r.id))];
+}
 
 export function AuditPage() {
   const [limit, setLimit] = useState(50);
@@ -60,24 +66,27 @@ export function AuditPage() {
   const first = { ...polled, data: polled.data?.url === firstUrl ? polled.data : null };
   // Once older pages are loaded, every row seen stays listed (the first page keeps refreshing the
   // newest rows and their status), and "Load older" follows the cursor of the last older page.
-  const [older, setOlder] = useState<{ rows: Map<string, Action>; next: string | null } | null>(null);
+  const [older, setOlder] = useState<{ rows: Action[]; next: string | null } | null>(null);
+  const current = useRef(firstUrl);
+  current.current = firstUrl;
   const [loadingOlder, setLoadingOlder] = useState(false);
   const [olderError, setOlderError] = useState<unknown>(null);
   useEffect(() => setOlder(null), [firstUrl]);
   useEffect(() => {
-    if (older && first.data) setOlder({ rows: new Map([...older.rows, ...first.data.rows.map((r) => [r.id, r] as const)]), next: older.next });
+    if (older && first.data) setOlder({ rows: merge(first.data.rows, older.rows), next: older.next });
   }, [polled.data]);
-  const rows = older ? [...older.rows.values()].sort(newestFirst) : (first.data?.rows ?? null);
+  const rows = older ? older.rows : (first.data?.rows ?? null);
   const next = older ? older.next : (first.data?.next ?? null);
   const loadOlder = async () => {
     if (!next) return;
     setLoadingOlder(true);
     setOlderError(null);
     try {
+      const asked = firstUrl;
       const page = await readPage(next);
-      const seen = new Map((rows ?? []).map((r) => [r.id, r] as const));
-      for (const r of page.rows) seen.set(r.id, r);
-      setOlder({ rows: seen, next: page.next });
+      // Filters changed meanwhile: the page belongs to the old ones.
+      if (current.current !== asked) return;
+      setOlder({ rows: merge(rows ?? [], page.rows), next: page.next });
     } catch (err) {
       setOlderError(err instanceof ApiError ? err : new Error(String(err)));
     } finally {
