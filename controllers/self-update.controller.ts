@@ -12,7 +12,8 @@ import type { RuntimePort } from '../src/contracts/ports.ts';
 import { resolveChannel } from '../src/config.ts';
 import { currentMigration } from '../src/db/migrate.ts';
 import { auditTrailChanged, recordFinished, recordStarted } from '../src/state/actions.ts';
-import { countActiveJobs } from '../src/state/jobs.ts';
+import { conflictOf } from '../src/state/exclusion.ts';
+import { conflict } from '../src/errors.ts';
 import {
   claimNextSelfUpdate, listSelfUpdates, noteSelfUpdateChange, pendingReconciliation, SELF_UPDATE_CHANNEL, updateSelfUpdate, type SelfUpdateView,
 } from '../src/state/self-update.ts';
@@ -44,7 +45,6 @@ export interface SelfUpdateControllerDeps {
   helperGraceMs?: number;
 }
 
-const conflictError = (message: string) => Object.assign(new Error(message), { code: 'conflict' });
 
 export class SelfUpdateController {
   private running: Promise<void> | null = null;
@@ -167,8 +167,8 @@ export class SelfUpdateController {
           throw new Error(`this backend's container belongs to compose project ${own?.project ?? '(none)'}, not INSTALLER_PROJECT=${settings.project}: the helper would switch the wrong project`);
         }
         if (own.service !== BACKEND_SERVICE) throw new Error(`this backend runs as compose service ${own.service ?? '(none)'}, not ${BACKEND_SERVICE}`);
-        const jobs = await countActiveJobs(db);
-        if (jobs > 0) throw conflictError(`${jobs} deployment job${jobs > 1 ? 's are' : ' is'} queued or running: updating the installer now would kill ${jobs > 1 ? 'them' : 'it'}`);
+        const problem = await conflictOf(db, { kind: 'update', own: id });
+        if (problem) throw conflict(problem);
       }),
       // PUBLISHED_COMPOSE_URL when set, else the file the target image (just pulled) ships.
       fetchPublishedCompose: fromPromise<string, { target: UpdateTarget; imageId: string }>(({ input }) => engine.publishedComposeOf(input.target.channel, input.imageId)),

@@ -52,7 +52,7 @@ export interface Booted {
   logger: Logger;
   database: Database;
   /** Every secret value the process knows; all scrubbers (logs, job events, container logs) read it. */
-  secretSet?: SecretSet;
+  secretSet: SecretSet;
   /** The last log lines, for the diagnostics bundle. */
   recentLogs?: RecentLines;
 }

@@ -1,7 +1,6 @@
 // The composition root: builds the adapters, the job event log and the controllers from booted
 // settings, and the dependencies the API receives. main.ts and the tests wire through here alike.
 import { hostname } from 'node:os';
-import type Docker from 'dockerode';
 import type { Logger } from 'pino';
 import type { Settings } from './config.ts';
 import type { Database } from './db/database.ts';
@@ -26,11 +25,9 @@ import type { PlatformPort, RuntimePort } from './contracts/ports.ts';
 
 export interface Wired {
   deps: AppDeps;
-  docker: Docker;
   jobs: JobsController;
   selfUpdate: SelfUpdateController;
   events: JobEventLog;
-  platformFiles: PlatformFiles;
   /** The host migration's runner, as the jobs controller uses it. */
   hostRunner: HostRunner;
   /** Starts the controllers (after retention pruning); call once the database is migrated. */
@@ -38,16 +35,12 @@ export interface Wired {
   stop(): Promise<void>;
 }
 
-export function secretValues(secrets: InstallerSecrets): string[] {
-  return [secrets.jwtSecret, secrets.encryptionKey, secrets.serviceToken, secrets.databasePassword ?? ''];
-}
-
-export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger: Logger; database: Database; secretSet?: SecretSet; recentLogs?: RecentLines }, opts: { runtime?: RuntimePort; selfUpdateEngine?: SelfUpdateEngine } = {}): Wired {
+export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger: Logger; database: Database; secretSet: SecretSet; recentLogs?: RecentLines }, opts: { runtime?: RuntimePort; selfUpdateEngine?: SelfUpdateEngine } = {}): Wired {
   const { settings, secrets, logger, database } = b;
   const docker = connectEngine(settings.DOCKER_SOCKET);
   const platformFiles = new PlatformFiles(settings.PLATFORM_DIR, settings.PLATFORM_PROJECT, settings.DOCKER_SOCKET);
-  // One set of secret values for every scrubber: a rotated-in service token joins it before use.
-  const secretSet = b.secretSet ?? new SecretSet(secretValues(secrets));
+  // One set of secret values for every scrubber (boot's): a rotated-in service token joins it before use.
+  const secretSet = b.secretSet;
   const recentLogs = b.recentLogs ?? new RecentLines();
   const scrub = secretSet.scrub;
   const serviceTokens = new ServiceTokens({
@@ -141,11 +134,9 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
   };
   return {
     deps,
-    docker,
     jobs,
     selfUpdate,
     events,
-    platformFiles,
     hostRunner,
     async start() {
       const cutoff = new Date(Date.now() - settings.JOB_EVENT_RETENTION_DAYS * 86_400_000);

@@ -4,10 +4,9 @@
 import { mkdir, readFile, rename, rm, stat, writeFile, copyFile, mkdtemp } from 'node:fs/promises';
 import path from 'node:path';
 import { composeOutput, type ComposeTarget } from './compose-cli.ts';
-import { INSTALLER_ENV_KEYS, INSTALLER_KEYS } from '../state/platform-config.ts';
+import { INSTALLER_ENV_KEYS, INSTALLER_KEYS } from '../contracts/platform-env.ts';
 
 export const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]*$/;
-const SECRET_KEY = /(PASS(WORD)?|SECRET|TOKEN|KEY|PRIVATE|CREDENTIAL|AUTH)/i;
 export const TEMPLATE_FILES = ['docker-compose.yml', '.env.template'] as const;
 
 
@@ -15,8 +14,6 @@ export interface EnvEntry {
   key: string;
   value: string;
 }
-
-export const isSecretKey = (key: string) => SECRET_KEY.test(key);
 
 /** Parses KEY=VALUE lines; comments and blank lines are kept for rewriting but not returned. */
 export function parseEnv(text: string): EnvEntry[] {

@@ -185,11 +185,6 @@ export class JobEventLog {
     return (this.jobs.get(jobId)?.recent.length ?? 0) > 0;
   }
 
-  subscriberCount(): number {
-    let n = 0;
-    for (const m of this.jobs.values()) n += m.listeners.size;
-    return n;
-  }
 }
 
 /** Deletes events older than the retention (run on startup); returns how many went. */

@@ -6,8 +6,7 @@ import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Condition, DB, JobPhase } from '../db/schema.ts';
 import type { JobKind } from '../contracts/job-kinds.ts';
 import type { Actor } from '../auth/actor.ts';
-import { conflict } from '../errors.ts';
-import { IN_FLIGHT as UPDATE_IN_FLIGHT } from './self-update.ts';
+import { refuseConflicting } from './exclusion.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
@@ -43,11 +42,8 @@ export async function createJob(db: Conn, input: { kind: JobKind; params: JobPar
   const jobId = randomUUID();
   const write = async (tx: Transaction<DB>) => {
     if (input.kind !== 'cancel-job') {
-      // The same lock a self-update request takes: a job and an update never start together, and
-      // a job never starts while the installer is replacing itself (the switch would kill it).
-      await sql`select pg_advisory_xact_lock(hashtext('installer.self-update'))`.execute(tx);
-      const update = await tx.selectFrom('self_update_status').select(['request_id', 'phase']).where('phase', 'in', UPDATE_IN_FLIGHT).executeTakeFirst();
-      if (update) throw conflict(`an installer self-update is in flight (request ${update.request_id}, ${update.phase}): try again when it has finished`);
+      // A job never starts while the installer is replacing itself (the switch would kill it).
+      await refuseConflicting(tx, { kind: 'job' });
     }
     await tx
       .insertInto('deployment_jobs')
@@ -264,13 +260,4 @@ export async function unsettledEndedJobs(db: Conn): Promise<{
       hasFinished: Boolean(r.has_finished),
     };
   });
-}
-
-export async function countActiveJobs(db: Conn): Promise<number> {
-  const r = await db
-    .selectFrom('deployment_job_status')
-    .select((eb) => eb.fn.countAll<string>().as('n'))
-    .where('phase', 'in', ['queued', 'running'])
-    .executeTakeFirstOrThrow();
-  return Number(r.n);
 }

@@ -7,15 +7,6 @@ import type { DB } from '../db/schema.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
-/**
- * Keys the installer itself writes into the platform's .env on every deploy and apply-config, so
- * that the control plane can call it: its address on the `platform` network and the current
- * service token. They are the installer's, not the operator's: never shown, never set through
- * the configuration API (docs/adr/0017-installer-keys-in-platform-env.md).
- */
-export const INSTALLER_ENV_KEYS = { url: 'INSTALLER_URL', serviceToken: 'INSTALLER_SERVICE_TOKEN' } as const;
-export const INSTALLER_KEYS: readonly string[] = Object.values(INSTALLER_ENV_KEYS);
-
 export class Sealer {
   private readonly key: Buffer;
   constructor(encryptionKey: string) {

@@ -6,25 +6,17 @@ import { randomUUID } from 'node:crypto';
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Condition, DB, SelfUpdatePhase } from '../db/schema.ts';
 import type { Actor } from '../auth/actor.ts';
+import { conflict } from '../errors.ts';
+import { refuseConflicting } from './exclusion.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
 export const SELF_UPDATE_CHANNEL = 'self_update_requests';
-/** Phases during which an update is in flight: a second request is refused. */
-export const IN_FLIGHT: readonly SelfUpdatePhase[] = ['requested', 'preflight', 'helper-running'];
+export { IN_FLIGHT } from './exclusion.ts';
 /** Phases that end preflight: the API answers once one of these is reached. */
 export const PREFLIGHT_ENDED: readonly SelfUpdatePhase[] = ['newest', 'unresolved', 'aborted', 'helper-running', 'completed', 'rolled-back', 'neither', 'undecided'];
 /** Phases of an update that ran its helper: in flight, or the outcome the boot reconciliation recorded. */
 export const SPAWNED: readonly SelfUpdatePhase[] = ['helper-running', 'completed', 'rolled-back', 'neither', 'undecided'];
-
-export class SelfUpdateConflict extends Error {
-  constructor(
-    readonly reason: 'in-flight' | 'job-running',
-    message: string,
-  ) {
-    super(message);
-  }
-}
 
 export interface SelfUpdateView {
   requestId: string;
@@ -101,38 +93,19 @@ const base = (db: Conn) => db.selectFrom('self_update_requests as r').innerJoin(
 
 /**
  * Writes a self-update request when no update is in flight and no deployment job is queued or
- * running, and wakes the controller. Throws SelfUpdateConflict otherwise.
+ * running, and wakes the controller. Throws a 409 AppError otherwise (src/state/exclusion.ts).
  */
 export async function requestSelfUpdate(db: Kysely<DB>, actor: Actor): Promise<string> {
   const requestId = randomUUID();
   try {
     await db.transaction().execute(async (tx) => {
-      // Serialises every request: the checks below see all requests committed before ours.
-      await sql`select pg_advisory_xact_lock(hashtext('installer.self-update'))`.execute(tx);
-      const flight = await tx
-        .selectFrom('self_update_status')
-        .select(['request_id', 'phase', 'created_at'])
-        .where('phase', 'in', IN_FLIGHT)
-        .executeTakeFirst();
-      if (flight) {
-        throw new SelfUpdateConflict('in-flight', `a self-update is already in flight (request ${flight.request_id}, ${flight.phase} since ${new Date(flight.created_at).toISOString()})`);
-      }
-      const job = await tx
-        .selectFrom('deployment_job_status as s')
-        .innerJoin('deployment_jobs as j', 'j.job_id', 's.job_id')
-        .select(['s.job_id', 's.phase', 'j.kind'])
-        .where('s.phase', 'in', ['queued', 'running'])
-        .orderBy('j.created_at')
-        .executeTakeFirst();
-      if (job) {
-        throw new SelfUpdateConflict('job-running', `deployment job ${job.job_id} (${job.kind}) is ${job.phase}: updating the installer now would kill it`);
-      }
+      await refuseConflicting(tx, { kind: 'update' });
       await tx.insertInto('self_update_requests').values({ request_id: requestId, actor: actor.id, actor_email: actor.email ?? null }).execute();
       await tx.insertInto('self_update_status').values(emptyStatus(requestId)).execute();
       await sql`select pg_notify(${SELF_UPDATE_CHANNEL}, ${requestId})`.execute(tx);
     });
   } catch (err) {
-    if ((err as { code?: string }).code === '23505') throw new SelfUpdateConflict('in-flight', 'a self-update is already in flight');
+    if ((err as { code?: string }).code === '23505') throw conflict('a self-update is already in flight');
     throw err;
   }
   return requestId;

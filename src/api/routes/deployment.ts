@@ -12,14 +12,13 @@ import { csvLine } from '../csv.ts';
 import type { JobEventRecord } from '../../state/job-events.ts';
 import type { ActionView } from '../../contracts/ports.ts';
 import { JOB_KIND_NAMES, JOB_KINDS, REQUESTABLE_KINDS } from '../../contracts/job-kinds.ts';
-import { INSTALLER_KEYS, putConfigChanges, pendingConfigChanges } from '../../state/platform-config.ts';
+import { putConfigChanges, pendingConfigChanges } from '../../state/platform-config.ts';
+import { INSTALLER_KEYS, isMaskedKey, MASK } from '../../contracts/platform-env.ts';
 import { badRequest, conflict, notFound, unavailable } from '../../errors.ts';
 
 export const ACTIONS_LIMIT = { default: 50, max: 500 };
 const SERVICE_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$/;
 const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
-const SECRET_KEY = /(PASS(WORD)?|SECRET|TOKEN|KEY|PRIVATE|CREDENTIAL|AUTH)/i;
-export const MASK = '********';
 
 const jobSchema = z.object({
   jobId: z.string(),
@@ -479,10 +478,9 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
       const pending = await pendingConfigChanges(db, app.deps.sealer);
       const byKey = new Map<string, z.infer<typeof configEntry>>();
       // The installer's own keys (its address and the service token) are masked whatever their name says.
-      const secret = (key: string) => SECRET_KEY.test(key) || INSTALLER_KEYS.includes(key);
-      const show = (key: string, value: string | null) => (value !== null && secret(key) ? MASK : value);
-      for (const e of current) byKey.set(e.key, { key: e.key, value: show(e.key, e.value), secret: secret(e.key), pending: false });
-      for (const c of pending) byKey.set(c.key, { key: c.key, value: show(c.key, c.value), secret: secret(c.key), pending: true });
+      const show = (key: string, value: string | null) => (value !== null && isMaskedKey(key) ? MASK : value);
+      for (const e of current) byKey.set(e.key, { key: e.key, value: show(e.key, e.value), secret: isMaskedKey(e.key), pending: false });
+      for (const c of pending) byKey.set(c.key, { key: c.key, value: show(c.key, c.value), secret: isMaskedKey(c.key), pending: true });
       return { entries: [...byKey.values()] };
     },
   );

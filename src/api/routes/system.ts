@@ -5,7 +5,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { resolveChannel } from '../../config.ts';
-import { failedTargetWarning, getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, SelfUpdateConflict, updateSelfUpdate, type SelfUpdateView } from '../../state/self-update.ts';
+import { failedTargetWarning, getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, updateSelfUpdate, type SelfUpdateView } from '../../state/self-update.ts';
 import { AppError, badRequest, conflict, unavailable } from '../../errors.ts';
 
 const lastUpdateSchema = z.object({
@@ -104,13 +104,7 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) => {
       const actor = req.actor();
-      let requestId: string;
-      try {
-        requestId = await requestSelfUpdate(db, actor);
-      } catch (err) {
-        if (err instanceof SelfUpdateConflict) throw conflict(err.message);
-        throw err;
-      }
+      const requestId = await requestSelfUpdate(db, actor);
       req.log.info({ requestId, actor: actor.id }, 'self-update requested');
 
       const started = Date.now();
