@@ -23,11 +23,8 @@ export interface UsersTable {
   token_generation: Generated<number>;
 }
 
-export const ACTION_KINDS = [
-  'restart', 'stop', 'kill', 'pull', 'compose-up', 'deploy', 'apply-config', 'migrate-host', 'cancel-job', 'self-update',
-] as const;
-export type ActionKind = (typeof ACTION_KINDS)[number];
-export type ActionStatus = 'started' | 'completed' | 'failed';
+export { ACTION_KINDS, type ActionKind, type ActionStatus } from '../contracts/audit.ts';
+import type { ActionKind, ActionStatus } from '../contracts/audit.ts';
 
 export interface DeploymentActionsTable {
   id: Generated<string>; // bigserial comes back as a string from pg

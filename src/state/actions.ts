@@ -1,6 +1,6 @@
 // The audit trail (`deployment_actions`). Rows are written by controllers and never pruned.
 import { sql, type Kysely, type Transaction } from 'kysely';
-import type { ActionKind, DB, DeploymentAction } from '../db/schema.ts';
+import type { ActionKind, ActionStatus, DB, DeploymentAction } from '../db/schema.ts';
 import type { Actor } from '../auth/actor.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
@@ -85,11 +85,8 @@ async function updateFinished(
 /** A timestamptz as ISO 8601 in UTC with milliseconds, formatted by Postgres (as Date#toISOString would). */
 const isoUtc = (column: string) => sql<string>`to_char(${sql.ref(column)} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
 
-/**
- * The newest audit rows. The audit trail is the most polled list of the API: Postgres formats the
- * times, so no row pays for parsing a timestamp into a Date and printing it again.
- */
-export async function listActions(db: Conn, limit: number) {
+/** The columns of an audit row as the API shows them, times formatted by Postgres. */
+function selectActions(db: Conn) {
   return db
     .selectFrom('deployment_actions')
     .select([
@@ -97,9 +94,54 @@ export async function listActions(db: Conn, limit: number) {
       'schema_migration as schemaMigration', 'job_id as jobId', isoUtc('created_at').as('createdAt'), isoUtc('finished_at').as('finishedAt'),
     ])
     .orderBy('created_at', 'desc')
-    .orderBy('id', 'desc')
-    .limit(limit)
-    .execute();
+    .orderBy('id', 'desc');
+}
+
+/**
+ * The newest audit rows. The audit trail is the most polled list of the API: Postgres formats the
+ * times, so no row pays for parsing a timestamp into a Date and printing it again.
+ */
+export async function listActions(db: Conn, limit: number) {
+  return selectActions(db).limit(limit).execute();
+}
+
+/** What an auditor narrows the trail to; every field is optional and they combine with AND. */
+export interface ActionFilter {
+  /** Exactly this actor. */
+  actor?: string;
+  /** Any of these kinds. */
+  kinds?: readonly ActionKind[];
+  status?: ActionStatus;
+  /** Rows created at or after this instant (a timestamptz literal, microseconds at most). */
+  since?: string;
+  /** Rows created at or before this instant (a timestamptz literal, microseconds at most). */
+  until?: string;
+}
+
+/**
+ * A page of the audit trail in its usual order (newest first: creation time, then id), filtered,
+ * and starting after the row `before` when given (keyset paging: rows inserted meanwhile are newer
+ * than any cursor, so they never shift a later page). Reads `limit` rows.
+ */
+export async function listActionsPage(db: Conn, filter: ActionFilter, page: { before?: string; limit: number }) {
+  let q = selectActions(db);
+  if (filter.actor !== undefined) q = q.where('actor', '=', filter.actor);
+  if (filter.kinds?.length) q = q.where('kind', 'in', [...filter.kinds]);
+  if (filter.status !== undefined) q = q.where('status', '=', filter.status);
+  if (filter.since !== undefined) q = q.where('created_at', '>=', sql<Date>`${filter.since}::timestamptz`);
+  if (filter.until !== undefined) q = q.where('created_at', '<=', sql<Date>`${filter.until}::timestamptz`);
+  if (page.before !== undefined) {
+    const before = page.before;
+    q = q.where(({ eb, refTuple, selectFrom }) =>
+      eb(refTuple('created_at', 'id'), '<', selectFrom('deployment_actions as cursor').select(['cursor.created_at', 'cursor.id']).where('cursor.id', '=', before).$asTuple('created_at', 'id')),
+    );
+  }
+  return q.limit(page.limit).execute();
+}
+
+/** Whether an audit row with this id exists (a cursor must name one). */
+export async function actionExists(db: Conn, id: string): Promise<boolean> {
+  return (await db.selectFrom('deployment_actions').select('id').where('id', '=', id).executeTakeFirst()) !== undefined;
 }
 
 /** An audit row as listActions reads it: the API's shape, times already ISO 8601 UTC strings. */
@@ -128,6 +170,8 @@ interface Page {
  */
 export class AuditTrailPages {
   private readonly pages = new Map<number, Page>();
+  /** For each rendered page: the id of its last row when older rows exist (the `before` of the next page), else null. */
+  private readonly cursors = new WeakMap<Buffer, string | null>();
   private static readonly MAX_PAGES = 16;
 
   constructor(
@@ -167,7 +211,20 @@ export class AuditTrailPages {
     return page.body;
   }
 
+  /**
+   * The cursor of the page `body` (from ready() or json()): the id to pass as `before` for the next
+   * older page, or null when the page holds the oldest row.
+   */
+  nextBefore(body: Buffer): string | null {
+    return this.cursors.get(body) ?? null;
+  }
+
   private async read(limit: number): Promise<Buffer> {
-    return Buffer.from(this.render(await listActions(this.db, limit)), 'utf8');
+    // One row more than the page: whether an older page exists comes with the same query.
+    const rows = await listActions(this.db, limit + 1);
+    const page = rows.slice(0, limit);
+    const body = Buffer.from(this.render(page), 'utf8');
+    this.cursors.set(body, rows.length > limit ? String(page.at(-1)!.id) : null);
+    return body;
   }
 }

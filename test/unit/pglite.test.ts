@@ -6,6 +6,7 @@ import path from 'node:path';
 import { openDatabase, DatabaseLockedError, acquireLock } from '../../src/db/database.ts';
 import { migrateToLatest, currentMigration, knownMigrations } from '../../src/db/migrate.ts';
 import { createUser, verifyCredentials } from '../../src/state/users.ts';
+import { listActionsPage, recordStarted } from '../../src/state/actions.ts';
 import { runEntry } from '../helpers/process.ts';
 
 describe('embedded PGlite', () => {
@@ -21,6 +22,22 @@ describe('embedded PGlite', () => {
       expect((await verifyCredentials(d.db, 'amy', 'amy-password'))?.role).toBe('viewer');
       expect(await verifyCredentials(d.db, 'amy', 'wrong')).toBeNull();
       expect((await migrateToLatest(d.db)).applied).toEqual([]);
+    } finally {
+      await d.close();
+    }
+  }, 60_000);
+
+  it('pages and filters the audit trail with the same queries as Postgres', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'installer-pglite-'));
+    const d = await openDatabase({ dataDir: dir });
+    try {
+      await migrateToLatest(d.db);
+      for (let i = 0; i < 7; i++) await recordStarted(d.db, { kind: i % 2 ? 'stop' : 'restart', actor: { id: i < 5 ? 'amy' : 'bo' }, detail: `a${i}` });
+      const filter = { actor: 'amy', kinds: ['restart' as const], since: '2000-01-01T00:00:00.000000Z' };
+      const first = await listActionsPage(d.db, filter, { limit: 2 });
+      expect(first.map((r) => r.detail)).toEqual(['a4', 'a2']);
+      const next = await listActionsPage(d.db, filter, { before: String(first.at(-1)!.id), limit: 2 });
+      expect(next.map((r) => r.detail)).toEqual(['a0']);
     } finally {
       await d.close();
     }
