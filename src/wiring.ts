@@ -8,7 +8,7 @@ import type { InstallerSecrets } from './adapters/secrets.ts';
 import { connectEngine, EngineRuntime, projectContainers, pruneDanglingImages } from './adapters/docker-engine.ts';
 import { installerEnvFor, PlatformFiles } from './adapters/platform-files.ts';
 import { HostRunner } from './adapters/host-runner.ts';
-import { ContainerLogs } from './adapters/container-logs.ts';
+import { ContainerLogs } from './adapters/container-logs/index.ts';
 import { JobEventLog, pruneJobEvents } from './state/job-events.ts';
 import { Sealer } from './state/platform-config.ts';
 import { RecentLines, SecretSet } from './logger.ts';

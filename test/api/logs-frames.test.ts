@@ -1,7 +1,7 @@
 // The engine's log framing, taken apart: 8-byte multiplex headers, partial messages, TTY streams,
 // chunk boundaries anywhere. Pure functions; the same parser reads the real engine in test/e2e/logs.test.ts.
 import { describe, expect, it } from 'vitest';
-import { ChunkedDecoder, engineTime, LogFrameParser, nsToTimestamp, timestampToNs, type ParsedLine } from '../../src/adapters/container-logs.ts';
+import { ChunkedDecoder, engineTime, LogFrameParser, nsToTimestamp, timestampToNs, type ParsedLine } from '../../src/adapters/container-logs/index.ts';
 
 const TS = '2024-05-01T10:00:00.123456789Z';
 

@@ -8,7 +8,7 @@ import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/app.ts';
 import { docker, run, uniqueName } from '../helpers/rig.ts';
 import { ROOT } from '../helpers/process.ts';
 import { parseSse, type SseMessage } from '../helpers/sse.ts';
-import { ContainerLogs, openEngineStream } from '../../src/adapters/container-logs.ts';
+import { ContainerLogs, openEngineStream } from '../../src/adapters/container-logs/index.ts';
 import { connectEngine } from '../../src/adapters/docker-engine.ts';
 import { secretScrubber, REDACTED } from '../../src/logger.ts';
 import type { ContainerLogLine } from '../../src/contracts/ports.ts';

@@ -9,7 +9,7 @@ import type { Browser } from 'playwright-core';
 import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/app.ts';
 import { docker, REGISTRY, run, startPlatform, type PlatformProject } from '../helpers/rig.ts';
 import { ensureUiBuilt, launchChromium, newPage, shoot, signIn, useToken } from '../helpers/ui.ts';
-import { ContainerLogs } from '../../src/adapters/container-logs.ts';
+import { ContainerLogs } from '../../src/adapters/container-logs/index.ts';
 import { connectEngine } from '../../src/adapters/docker-engine.ts';
 import { secretScrubber } from '../../src/logger.ts';
 import { finishJob } from '../../src/state/jobs.ts';

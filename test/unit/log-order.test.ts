@@ -2,7 +2,7 @@
 // (stdout and stderr are copied separately) come out in timestamp order; equal timestamps keep
 // the order they arrived in.
 import { describe, expect, it } from 'vitest';
-import { placeInOrder } from '../../src/adapters/container-logs.ts';
+import { placeInOrder } from '../../src/adapters/container-logs/index.ts';
 import type { ContainerLogLine } from '../../src/contracts/ports.ts';
 
 const line = (timestamp: string, text: string) => ({ timestamp, line: text }) as unknown as ContainerLogLine;
