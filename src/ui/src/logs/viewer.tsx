@@ -227,7 +227,7 @@ export function LogViewer({ store, version, id }: LogViewerProps) {
   const filtered = n !== store.size;
   return (
     <div class="logview">
-      <div class="logview-bar" role="group" aria-label="Filters and view">
+      <div class="logview-bar" role="group" aria-label="Log view">
         <label class="logview-text">
           Filter
           <input type="search" placeholder="text in the line" value={text} onInput={(e) => setText(e.currentTarget.value)} data-testid={`${id}-filter`} />
