@@ -372,7 +372,7 @@ describe('operator UI', () => {
       await poll(() => page.getByTestId('window-state').textContent(), 30_000).toBe('complete');
       // The first line of a long window is out of sight (and not rendered) until filtered for.
       await win.getByLabel('Filter').fill('serving on');
-      expect(await page.getByTestId('window-lines').textContent()).toContain('web: serving on :8080');
+      await poll(() => page.getByTestId('window-lines').textContent()).toContain('web: serving on :8080');
 
       const [download] = await Promise.all([page.waitForEvent('download'), win.getByTestId('download-logs').click()]);
       expect(download.suggestedFilename()).toMatch(/^logs-\d{4}-\d\d-\d\dT.*\.txt$/);
