@@ -193,8 +193,8 @@ describe('logs viewer', () => {
   it('wraps long lines on request and keeps them on one scrollable row otherwise', async () => {
     await withPage(async (page) => {
       const long = `begin ${'0123456789'.repeat(300)} end`;
-      logs.push([line('short one'), line(long), line('short two')]);
-      await poll(() => page.getByTestId('live-count').textContent()).toContain('3 lines');
+      logs.push([line('short one'), line(long), line('short two'), ...Array.from({ length: 30 }, (_, i) => line(`after ${i + 1}`))]);
+      await poll(() => page.getByTestId('live-count').textContent()).toContain('33 lines');
       const row = pane(page).locator('.line', { hasText: 'begin' });
       const wrap = page.getByLabel('Wrap lines');
       if (await wrap.isChecked()) await wrap.uncheck();
@@ -209,8 +209,14 @@ describe('logs viewer', () => {
       const after = pane(page).locator('.line', { hasText: 'short two' });
       const [rowBox, afterBox] = [await row.boundingBox(), await after.boundingBox()];
       expect(afterBox!.y).toBeGreaterThanOrEqual(rowBox!.y + rowBox!.height - 1);
-      // Still following: the last line is in sight.
+      // Still following: the last line is in sight, at the very bottom (measured heights, no gap).
       expect(await fromBottom(page)).toBeLessThan(18);
+      const lastRow = pane(page).locator('.line', { hasText: 'after 30' });
+      const bottomGap = async () => {
+        const [a, p] = [await lastRow.boundingBox(), await pane(page).boundingBox()];
+        return Math.round(p!.y + p!.height - (a!.y + a!.height));
+      };
+      await poll(bottomGap).toBe(0);
       await shoot(page, 'logs-wrapped');
       await wrap.uncheck();
       await poll(() => row.evaluate((el) => el.getBoundingClientRect().height)).toBe(18);

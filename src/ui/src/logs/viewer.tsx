@@ -1,7 +1,7 @@
 // The logs viewer: filters (text, services, stdout/stderr), wrapping and UTC/local time over a
 // virtual list that renders only the rows in sight, following the end until the user scrolls up
 // (docs/adr/0022-logs-viewer.md).
-import { useEffect, useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { memo } from 'preact/compat';
 import { ansiLine } from './ansi.tsx';
 import { CAPACITY, FilteredView, matcher, type Entry, type Filter, type LogStore } from './store.ts';
@@ -145,7 +145,12 @@ export function LogViewer({ store, version, id }: LogViewerProps) {
   void version;
 
   const cols = Math.max(1, Math.floor(size.width / size.charWidth));
-  useEffect(() => measured.current.clear(), [prefs.wrap, cols]);
+  // Heights measured at another width (or before wrapping) no longer hold.
+  const measuredFor = useRef('');
+  if (measuredFor.current !== `${prefs.wrap} ${cols}`) {
+    measuredFor.current = `${prefs.wrap} ${cols}`;
+    measured.current.clear();
+  }
   const geo = prefs.wrap ? wrappedGeometry(view, store, cols, measured.current) : fixedGeometry(view.length);
   geometry.current = geo;
   const n = view.length;
