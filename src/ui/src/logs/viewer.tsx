@@ -4,6 +4,7 @@
 import { useLayoutEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { memo } from 'preact/compat';
 import { ansiLine } from './ansi.tsx';
+import { formatTime, zoneName } from './time.ts';
 import { CAPACITY, FilteredView, matcher, type Entry, type Filter, type LogStore } from './store.ts';
 import './logs.css';
 
@@ -27,22 +28,6 @@ function loadPrefs(): Prefs {
   } catch {
     return { wrap: false, utc: true };
   }
-}
-
-const p2 = (n: number) => String(n).padStart(2, '0');
-
-/** `HH:MM:SS.mmm` of an RFC 3339 UTC timestamp, in UTC or in the browser's time zone. */
-export function formatTime(ts: string, utc: boolean): string {
-  if (utc) return ts.slice(11, 23);
-  const d = new Date(`${ts.slice(0, 23)}Z`);
-  if (Number.isNaN(d.getTime())) return ts.slice(11, 23);
-  return `${p2(d.getHours())}:${p2(d.getMinutes())}:${p2(d.getSeconds())}.${String(d.getMilliseconds()).padStart(3, '0')}`;
-}
-
-/** The browser's offset from UTC now, e.g. `UTC+05:30`. */
-function zoneName(): string {
-  const off = -new Date().getTimezoneOffset();
-  return `UTC${off < 0 ? '−' : '+'}${p2(Math.floor(Math.abs(off) / 60))}:${p2(Math.abs(off) % 60)}`;
 }
 
 const Row = memo(function Row(props: { e: Entry; utc: boolean }) {
