@@ -1,9 +1,8 @@
 // The logs viewer's ring of lines and its filtered view (src/ui/src/logs/store.ts), and how it shows
 // timestamps (src/ui/src/logs/time.ts): plain TypeScript, no browser.
 import { describe, expect, it } from 'vitest';
-import { FilteredView, LogStore, matcher, NO_FILTER } from '../../src/ui/src/logs/store.ts';
+import { FilteredView, LogStore, matcher, NO_FILTER, type LogLine } from '../../src/ui/src/logs/store.ts';
 import { formatTime } from '../../src/ui/src/logs/time.ts';
-import type { LogLine } from '../../src/ui/src/api.ts';
 
 const line = (i: number, service = 'api', stderr = false): LogLine => ({
   container: `p-${service}-1`,

@@ -1,10 +1,18 @@
 // The logs viewer's lines: a ring of the newest CAPACITY lines (older ones are dropped and counted),
 // and a filtered view of it kept up to date as lines arrive (docs/adr/0022-logs-viewer.md).
 import Anser from 'anser';
-import type { LogLine } from '../api.ts';
 
 /** Lines the viewer holds; past it the oldest are dropped. */
 export const CAPACITY = 100_000;
+
+/** A line as the log endpoints send it (api.ts LogLine; declared here so that plain tests need no DOM types). */
+export interface LogLine {
+  container: string;
+  service: string;
+  stream: 'stdout' | 'stderr';
+  timestamp: string;
+  line: string;
+}
 
 export interface Entry {
   /** Position in the stream since it was opened: 0 for the first line. */
