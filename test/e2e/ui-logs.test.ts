@@ -154,7 +154,7 @@ describe('logs viewer', () => {
       expect(await services.locator('summary').textContent()).toBe('Services: 1 of 3');
       rows = await rowTexts(page);
       expect(new Set(await pane(page).locator('.ctr').allTextContents())).toEqual(new Set(['app-web-1']));
-      await shoot(page, 'logs-filtered');
+      await shoot(page, 'logs-filtered', { doc: true });
       await services.getByRole('button', { name: 'Show all' }).click();
       await poll(() => count.textContent()).toMatch(/^92 lines/);
     });
