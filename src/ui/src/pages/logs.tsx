@@ -1,11 +1,11 @@
 // Platform container logs: live (all services or one), and for admins a time window and a download.
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { api, ApiError, download, hasRole, type LogLine, type PlatformStatus } from '../api.ts';
 import { useApp } from '../app.tsx';
 import { SseFollower, type FollowState } from '../sse.ts';
 import { ErrorBox, Notice, usePoll } from '../components/common.tsx';
-
-const MAX_LINES = 5000;
+import { CAPACITY, LogStore } from '../logs/store.ts';
+import { LogViewer } from '../logs/viewer.tsx';
 
 /** `2024-05-01T10:00` from a datetime-local input, read as UTC → ISO 8601. */
 function utcIso(local: string): string | undefined {
@@ -17,47 +17,47 @@ function inputValue(d: Date): string {
   return d.toISOString().slice(0, 19);
 }
 
-function LogPane(props: { lines: LogLine[]; testid: string; follow: boolean }) {
-  const pane = useRef<HTMLDivElement>(null);
-  useEffect(() => {
-    if (props.follow && pane.current) pane.current.scrollTop = pane.current.scrollHeight;
-  });
-  return (
-    <div class="output logs" ref={pane} data-testid={props.testid} role="log" tabIndex={0}>
-      {props.lines.length === 0 && <div class="line muted">No lines yet.</div>}
-      {props.lines.map((l, i) => (
-        <div key={i} class={`line ${l.stream === 'stderr' ? 'stderr' : ''}`}>
-          <span class="ts">{l.timestamp.slice(11, 23)}</span> <span class="ctr">{l.container}</span> {l.line}
-        </div>
-      ))}
-    </div>
-  );
-}
-
-/** Follows an SSE log stream into a capped list of lines. */
+/**
+ * Follows an SSE log stream into a LogStore. Lines are parsed as they come and added to the store
+ * once per animation frame, so that a fast stream costs one render a frame, not one a line.
+ */
 function useLogStream() {
-  const [lines, setLines] = useState<LogLine[]>([]);
+  const store = useMemo(() => new LogStore(), []);
+  const [version, setVersion] = useState(0);
   const [state, setState] = useState<{ s: FollowState | 'idle'; detail?: string }>({ s: 'idle' });
   const [summary, setSummary] = useState<string | null>(null);
   const follower = useRef<SseFollower | null>(null);
-  const buffer = useRef<LogLine[]>([]);
-  const flush = useRef<ReturnType<typeof setTimeout> | null>(null);
+  const pending = useRef<LogLine[]>([]);
+  const frame = useRef(0);
 
+  const flush = () => {
+    frame.current = 0;
+    const lines = pending.current;
+    pending.current = [];
+    for (const l of lines) store.push(l);
+    setVersion((v) => v + 1);
+  };
   const halt = () => {
     follower.current?.stop();
     follower.current = null;
+    if (frame.current) cancelAnimationFrame(frame.current);
+    frame.current = 0;
   };
   useEffect(() => halt, []);
   const stop = () => {
     halt();
+    // Lines already received are kept.
+    flush();
     setState({ s: 'idle' });
   };
 
   const start = (url: string) => {
     halt();
-    buffer.current = [];
-    setLines([]);
+    pending.current = [];
+    store.clear();
+    setVersion((v) => v + 1);
     setSummary(null);
+    let received = 0;
     follower.current = new SseFollower({
       url,
       reconnect: false,
@@ -66,7 +66,7 @@ function useLogStream() {
       onEvent: (e) => {
         if (e.event === 'end') {
           const n = (JSON.parse(e.data) as { lines?: number }).lines;
-          setSummary(`End of the window: ${n ?? buffer.current.length} lines.`);
+          setSummary(`End of the window: ${n ?? received} lines.`);
           return;
         }
         if (e.event === 'error') {
@@ -74,20 +74,22 @@ function useLogStream() {
           return;
         }
         try {
-          buffer.current.push(JSON.parse(e.data) as LogLine);
+          pending.current.push(JSON.parse(e.data) as LogLine);
+          received++;
         } catch {
           return;
         }
-        if (buffer.current.length > MAX_LINES) buffer.current.splice(0, buffer.current.length - MAX_LINES);
-        // Many lines arrive at once: render at most every 100 ms.
-        flush.current ??= setTimeout(() => {
-          flush.current = null;
-          setLines([...buffer.current]);
-        }, 100);
+        // Animation frames stop in a hidden tab: past twice the capacity the older half could never
+        // be shown, so it is counted as dropped at once instead of held.
+        if (pending.current.length >= 2 * CAPACITY) {
+          pending.current.splice(0, CAPACITY);
+          store.skip(CAPACITY);
+        }
+        frame.current ||= requestAnimationFrame(flush);
       },
     }).start();
   };
-  return { lines, state, summary, start, stop };
+  return { store, version, state, summary, start, stop };
 }
 
 export function LogsPage() {
@@ -99,7 +101,6 @@ export function LogsPage() {
     <div class="page">
       <div class="page-head">
         <h1>Container logs</h1>
-        <span class="muted">timestamps are UTC</span>
       </div>
       <ErrorBox error={status.error} />
       <LiveLogs services={services} />
@@ -115,7 +116,6 @@ export function LogsPage() {
 function LiveLogs(props: { services: string[] }) {
   const [service, setService] = useState('');
   const [tail, setTail] = useState('100');
-  const [follow, setFollow] = useState(true);
   const live = useLogStream();
   const running = live.state.s === 'live' || live.state.s === 'connecting';
   const url = () => `${service ? `/api/deployment/logs/${encodeURIComponent(service)}` : '/api/deployment/logs'}?tail=${encodeURIComponent(tail || '0')}`;
@@ -156,11 +156,8 @@ function LiveLogs(props: { services: string[] }) {
         <button type="button" class="btn" disabled={!running} onClick={live.stop}>
           Stop
         </button>
-        <label class="check small">
-          <input type="checkbox" checked={follow} onChange={(e) => setFollow(e.currentTarget.checked)} /> scroll with new lines
-        </label>
       </form>
-      <LogPane lines={live.lines} testid="live-lines" follow={follow} />
+      <LogViewer store={live.store} version={live.version} id="live" />
     </section>
   );
 }
@@ -247,7 +244,7 @@ function WindowLogs(props: { containers: string[] }) {
       <ErrorBox error={error} />
       {downloaded && <Notice tone="ok">Downloaded {downloaded}.</Notice>}
       {win.summary && <Notice>{win.summary}</Notice>}
-      <LogPane lines={win.lines} testid="window-lines" follow={true} />
+      <LogViewer store={win.store} version={win.version} id="window" />
     </section>
   );
 }
