@@ -9,7 +9,7 @@ import type { Bench, Figure } from './run.ts';
 import { startTestApp } from '../test/helpers/app.ts';
 import { PushedLogs, stamp } from '../test/helpers/fake-logs.ts';
 import { ensureUiBuilt, launchChromium, newPage, useToken } from '../test/helpers/ui.ts';
-import type { ContainerLogLine } from '../src/api/ports.ts';
+import type { ContainerLogLine } from '../src/contracts/ports.ts';
 
 const TOTAL = 100_000;
 const RATE = 2_000; // lines a second

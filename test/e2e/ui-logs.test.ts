@@ -7,7 +7,7 @@ import type { Browser, BrowserContext, Locator, Page } from 'playwright-core';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { PushedLogs, stamp } from '../helpers/fake-logs.ts';
 import { ensureUiBuilt, launchChromium, newPage, shoot, useToken } from '../helpers/ui.ts';
-import type { ContainerLogLine } from '../../src/api/ports.ts';
+import type { ContainerLogLine } from '../../src/contracts/ports.ts';
 
 const SERVICES = ['api', 'web', 'worker'];
 const logs = new PushedLogs(SERVICES.map((s) => ({ id: s, name: `app-${s}-1`, service: s, state: 'running' })));
