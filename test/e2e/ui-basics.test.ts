@@ -305,17 +305,33 @@ describe('UI basics', () => {
         counts.set(p, (counts.get(p) ?? 0) + 1);
       });
       const n = (p: string) => counts.get(p) ?? 0;
+      const finished = new Set<string>();
+      page.on('requestfinished', (r) => void finished.add(new URL(r.url()).pathname));
       await page.route('**/api/system/self-update-check', (route) =>
         route.fulfill({ json: { updateAvailable: false, currentDigest: null, remoteDigest: null, composeChanged: false, lastUpdate: { status: null, detail: null, at: null, targetDigest: null } } }),
       );
       const setHidden = (h: boolean) => page.evaluate((v) => (globalThis as unknown as { __setHidden: (h: boolean) => void }).__setHidden(v), h);
-      await page.clock.install({ time: Date.now() });
+      // The page's time is paused and moves only with runFor(), however slow the machine is: a
+      // page whose time flowed could poll again before the counts below are read.
+      const t0 = Date.now();
+      await page.clock.install({ time: t0 });
+      await page.clock.pauseAt(t0 + 1_000);
       await page.goto(`${base}/`);
-      await page.getByRole('heading', { name: 'Platform status' }).waitFor();
+      const heading = page.getByRole('heading', { name: 'Platform status' });
+      for (let i = 0; i < 100 && !(await heading.isVisible()); i++) await page.clock.runFor(10);
+      await heading.waitFor();
       const STATUS = '/api/deployment/status';
       const JOBS = '/api/deployment/jobs';
       const CHECK = '/api/system/self-update-check';
+      // Effects run on animation frames and timers: let the paused page take its first steps
+      // (well under the 5 s of a poll), then the first request of each must have gone out.
+      for (let i = 0; i < 100 && [n(STATUS), n(JOBS), n(CHECK)].join() !== '1,1,1'; i++) {
+        await page.clock.runFor(20);
+        await new Promise((r) => setTimeout(r, 20));
+      }
       await poll(() => [n(STATUS), n(JOBS), n(CHECK)]).toEqual([1, 1, 1]);
+      // The answers land while the page's time stands still, so each next poll is due 5 s on.
+      await poll(() => [STATUS, JOBS, CHECK].every((p) => finished.has(p))).toBe(true);
 
       // Visible: every 5 s.
       await page.clock.runFor(5_000);
@@ -344,6 +360,10 @@ describe('UI basics', () => {
 
       // The machine state page polls on the same terms.
       await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Machine state' }).click();
+      for (let i = 0; i < 100 && n('/api/machines') === 0; i++) {
+        await page.clock.runFor(20);
+        await new Promise((r) => setTimeout(r, 20));
+      }
       await poll(() => n('/api/machines')).toBe(1);
       await setHidden(true);
       await page.clock.runFor(20_000);
