@@ -108,6 +108,9 @@ describe('operator UI', () => {
       await poll(() => page.getByTestId('read-only').textContent()).toContain('viewer');
       // Admin-only navigation is not offered either.
       expect(await page.getByRole('link', { name: 'Host migration' }).count()).toBe(0);
+      // Run as a process, the installer cannot replace itself: the status page says so, and how to try it.
+      await poll(() => page.getByTestId('self-update-unavailable').textContent()).toContain('runs as a process');
+      expect(await page.getByTestId('self-update-unavailable').textContent()).toContain('bash scripts/try-self-update.sh');
     } finally {
       await context.close();
     }

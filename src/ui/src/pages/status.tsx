@@ -246,6 +246,15 @@ function InstallerCard() {
               ? `the check failed: ${checkError}`
               : 'checking…'}
         </dd>
+        {v && !v.inContainer && (
+          <>
+            <dt>Self-update</dt>
+            <dd data-testid="self-update-unavailable" class="small">
+              not possible here: this installer runs as a process, not as the packaged stack it would replace. To try one on this
+              machine: <code class="wrap">bash scripts/try-self-update.sh</code>
+            </dd>
+          </>
+        )}
         <dt>Last update</dt>
         <dd data-testid="last-update">
           {last?.status ? (
