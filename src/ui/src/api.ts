@@ -179,10 +179,4 @@ export interface MigrateInfo {
 export type { ChartNode, ChartEdge, ChartInstance, ChartView as Chart, ActionView as Action } from '../../contracts/ports.ts';
 export type { Container };
 
-export interface LogLine {
-  container: string;
-  service: string;
-  stream: 'stdout' | 'stderr';
-  timestamp: string;
-  line: string;
-}
+export type { ContainerLogLine as LogLine } from '../../contracts/ports.ts';

@@ -5,14 +5,9 @@ import Anser from 'anser';
 /** Lines the viewer holds; past it the oldest are dropped. */
 export const CAPACITY = 100_000;
 
-/** A line as the log endpoints send it (api.ts LogLine; declared here so that plain tests need no DOM types). */
-export interface LogLine {
-  container: string;
-  service: string;
-  stream: 'stdout' | 'stderr';
-  timestamp: string;
-  line: string;
-}
+/** A line as the log endpoints send it (the contract; it needs no DOM types, so plain tests can use it). */
+export type { ContainerLogLine as LogLine } from '../../../contracts/ports.ts';
+import type { ContainerLogLine as LogLine } from '../../../contracts/ports.ts';
 
 export interface Entry {
   /** Position in the stream since it was opened: 0 for the first line. */
