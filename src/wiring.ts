@@ -14,10 +14,10 @@ import { Sealer } from './state/platform-config.ts';
 import { RecentLines, SecretSet } from './logger.ts';
 import { ServiceTokens } from './adapters/secrets.ts';
 import { engineFacts } from './adapters/diagnostics.ts';
-import { JobsController } from '../controllers/jobs.controller.ts';
-import { SelfUpdateController } from '../controllers/self-update.controller.ts';
+import { Controllers } from '../controllers/index.ts';
 import { DockerSelfUpdateEngine, type SelfUpdateEngine } from './adapters/self-update.ts';
-import { machineCharts } from './machine-charts.ts';
+import { machineCharts } from './state/machine-instances.ts';
+import { flattenChart, SPECS } from '../machines/catalog.ts';
 import { userDirectory, type AppDeps } from './api/app.ts';
 import { localSocketPath, serveLocalSocket } from './adapters/local-socket.ts';
 import { runUserCommand, userCommandSchema } from './state/user-commands.ts';
@@ -25,8 +25,8 @@ import type { PlatformPort, RuntimePort } from './contracts/ports.ts';
 
 export interface Wired {
   deps: AppDeps;
-  jobs: JobsController;
-  selfUpdate: SelfUpdateController;
+  /** Every reconciler of this process (one per kind); `start` starts them all. */
+  controllers: Controllers;
   events: JobEventLog;
   /** The host migration's runner, as the jobs controller uses it. */
   hostRunner: HostRunner;
@@ -64,21 +64,6 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     pidMode: settings.MIGRATE_RUNNER_PID_MODE,
     env: settings.MIGRATE_HOST_STOP_TIMEOUT ? { STOP_TIMEOUT: String(settings.MIGRATE_HOST_STOP_TIMEOUT) } : {},
   });
-  const jobs = new JobsController({
-    db: database.db,
-    listen: (c, n) => database.listen(c, n),
-    events,
-    logger: logger.child({ controller: 'jobs' }),
-    platform: platformFiles,
-    sealer,
-    pruneImages: () => pruneDanglingImages(docker),
-    hungMinutes: settings.HUNG_JOB_MINUTES,
-    templatesUrl: settings.PLATFORM_TEMPLATES_URL,
-    installerEnv: () => installerEnvFor(settings.PLATFORM_INSTALLER_URL, serviceTokens.current()),
-    hostRunner,
-    migrateHostScriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
-    workerId: `${hostname()}:${process.pid}`,
-  });
   const selfUpdateSettings = {
     repository: `${settings.INSTALLER_REGISTRY}/${settings.INSTALLER_IMAGE_NAME}`,
     project: settings.INSTALLER_PROJECT,
@@ -91,15 +76,24 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     waitTimeoutSeconds: settings.SELF_UPDATE_WAIT_TIMEOUT_SECONDS,
   };
   const selfUpdateEngine = opts.selfUpdateEngine ?? new DockerSelfUpdateEngine(docker, selfUpdateSettings, runtime);
-  const selfUpdate = new SelfUpdateController({
+  const workerId = `${hostname()}:${process.pid}`;
+  const controllers = new Controllers({
     db: database.db,
     listen: (c, n) => database.listen(c, n),
-    logger: logger.child({ controller: 'self-update' }),
-    engine: selfUpdateEngine,
-    runtime,
-    settings: selfUpdateSettings,
-    channel: settings.INSTALLER_CHANNEL,
-    workerId: `${hostname()}:${process.pid}`,
+    events,
+    logger,
+    workerId,
+    jobs: {
+      platform: platformFiles,
+      sealer,
+      pruneImages: () => pruneDanglingImages(docker),
+      hungMinutes: settings.HUNG_JOB_MINUTES,
+      templatesUrl: settings.PLATFORM_TEMPLATES_URL,
+      installerEnv: () => installerEnvFor(settings.PLATFORM_INSTALLER_URL, serviceTokens.current()),
+      hostRunner,
+      migrateHostScriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
+    },
+    selfUpdate: { engine: selfUpdateEngine, runtime, settings: selfUpdateSettings, channel: settings.INSTALLER_CHANNEL },
   });
   const platform: PlatformPort = {
     project: settings.PLATFORM_PROJECT,
@@ -122,8 +116,9 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     platform,
     events,
     sealer,
-    jobs,
-    machines: machineCharts(database.db),
+    jobs: controllers,
+    // The graphs never change while the process runs: drawn once here.
+    machines: machineCharts(database.db, SPECS.map((s) => ({ id: s.id, title: s.title, description: s.description, version: s.version, graph: flattenChart(s.machine) }))),
     selfUpdate: selfUpdateEngine,
     diagnostics: {
       engine: () => engineFacts(docker),
@@ -134,16 +129,14 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
   };
   return {
     deps,
-    jobs,
-    selfUpdate,
+    controllers,
     events,
     hostRunner,
     async start() {
       const cutoff = new Date(Date.now() - settings.JOB_EVENT_RETENTION_DAYS * 86_400_000);
       const pruned = await pruneJobEvents(database.db, cutoff);
       if (pruned) logger.info({ pruned, olderThan: cutoff.toISOString() }, 'pruned old job events');
-      await jobs.start();
-      await selfUpdate.start();
+      await controllers.start();
       // The embedded database is this process's alone: the `user` CLI hands its changes over here.
       if (database.kind === 'pglite') {
         const log = logger.child({ component: 'local-socket' });
@@ -166,8 +159,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     async stop() {
       await closeLocalSocket?.();
       closeLocalSocket = undefined;
-      await selfUpdate.stop();
-      await jobs.stop();
+      await controllers.stop();
     },
   };
 }

@@ -150,6 +150,19 @@ export interface SelfUpdateStatusTable {
   finished_at: Date | null;
 }
 
+/** Observed state: one run of the self-update outcome's reconciliation, with its chart snapshot. */
+export interface ReconcileRunsTable {
+  run_id: string;
+  /** The self-update it reconciles, once it found one. */
+  request_id: string | null;
+  worker: string;
+  snapshot: Json<unknown> | null;
+  chart_version: string;
+  started_at: Generated<Date>;
+  updated_at: Generated<Date>;
+  finished_at: Date | null;
+}
+
 export interface DB {
   users: UsersTable;
   deployment_actions: DeploymentActionsTable;
@@ -160,6 +173,7 @@ export interface DB {
   installer_settings: InstallerSettingsTable;
   self_update_requests: SelfUpdateRequestsTable;
   self_update_status: SelfUpdateStatusTable;
+  reconcile_runs: ReconcileRunsTable;
 }
 
 export type User = Selectable<UsersTable>;

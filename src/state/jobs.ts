@@ -184,12 +184,17 @@ export async function updateJobStatus(db: Conn, jobId: string, patch: StatusPatc
 }
 
 /** Ends a job: phase completed or failed, with its detail and exit code. Only a running or queued job ends. */
-export async function finishJob(db: Conn, jobId: string, outcome: { phase: 'completed' | 'failed'; detail: string | null; exitCode: number | null }): Promise<boolean> {
+export async function finishJob(
+  db: Conn,
+  jobId: string,
+  outcome: { phase: 'completed' | 'failed'; detail: string | null; exitCode: number | null },
+  from: readonly JobPhase[] = ['queued', 'running'],
+): Promise<boolean> {
   const res = await db
     .updateTable('deployment_job_status')
     .set({ phase: outcome.phase, detail: outcome.detail, exit_code: outcome.exitCode, finished_at: new Date(), updated_at: new Date(), runner_pid: null })
     .where('job_id', '=', jobId)
-    .where('phase', 'in', ['queued', 'running'])
+    .where('phase', 'in', from)
     .executeTakeFirst();
   return Number(res.numUpdatedRows) > 0;
 }

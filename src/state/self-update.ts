@@ -206,6 +206,11 @@ export async function updateSelfUpdate(db: Conn, requestId: string, patch: SelfU
  * (`context.changes.<key> = {before}`), so that a restart in the middle of the step still knows
  * what to put back. Putting back a change that was never made is a no-op.
  */
+/** Wakes whatever reconciles self-updates (a phase changed that another reconciler acts on). */
+export async function notifySelfUpdate(db: Conn, requestId: string): Promise<void> {
+  await sql`select pg_notify(${SELF_UPDATE_CHANNEL}, ${requestId})`.execute(db);
+}
+
 export async function noteSelfUpdateChange(db: Conn, requestId: string, key: string, before: string | null): Promise<void> {
   await sql`update self_update_status
     set snapshot = jsonb_set(snapshot, array['context', 'changes', ${key}]::text[], ${JSON.stringify({ before })}::jsonb, true), updated_at = now()

@@ -3,12 +3,17 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { createJob, updateJobStatus } from '../../src/state/jobs.ts';
-import { activeIds, eventLabel, flattenChart, valueText } from '../../src/machine-charts.ts';
+import { eventLabel, flattenChart } from '../../machines/catalog.ts';
+import { activeIds, valueText } from '../../src/contracts/charts.ts';
 import { jobMachine } from '../../machines/job.machine.ts';
+import { listReconcileRuns } from '../../src/state/reconcile-runs.ts';
+import { eventually } from '../helpers/self-update.ts';
 
 let t: TestApp;
 beforeAll(async () => {
-  t = await startTestApp();
+  // The self-update controllers run too: the boot reconciliation's run is a row of its own.
+  t = await startTestApp({ controllers: (wired) => wired.controllers.start(['self-update']) });
+  await eventually(async () => (await listReconcileRuns(t.db.database.db, 1))[0]?.finishedAt, 'the boot reconciliation to finish');
 });
 afterAll(async () => t?.close());
 

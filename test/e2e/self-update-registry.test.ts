@@ -64,7 +64,7 @@ async function installerOn(registry: string, env: Record<string, string> = {}): 
   return startTestApp({
     runtime: runtimeOn(registry),
     env: { INSTALLER_REGISTRY: registry, INSTALLER_CHANNEL: 'dev', INSTALLER_WORK_DIR: workDir, INSTALLER_COMPOSE_FILE: 'docker-compose.dev.yml', STAGING_ROOT: path.join(workDir, 'staging'), ...env },
-    controllers: (wired) => wired.selfUpdate.start(),
+    controllers: (wired) => wired.controllers.start(['self-update']),
   });
 }
 

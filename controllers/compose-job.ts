@@ -1,0 +1,161 @@
+// Reconciles compose jobs (deploy, restart, stop, kill, pull, compose-up, apply-config): prepare
+// (deploy templates, pending configuration), then the kind's compose steps with the real compose
+// CLI, in the job chart. What it shares with the other job kinds is in runtime/job-run.ts.
+import { fromCallback, type EventObject } from 'xstate';
+import type { Kysely } from 'kysely';
+import type { DB } from '../src/db/schema.ts';
+import { JOB_KINDS, type JobKind } from '../src/contracts/job-kinds.ts';
+import { jobMachine, JOB_CHART_VERSION, type StepInput } from '../machines/job.machine.ts';
+import { getJob, updateJobStatus, type JobView } from '../src/state/jobs.ts';
+import { clearConfigChanges, pendingConfigChanges, type Sealer } from '../src/state/platform-config.ts';
+import { getSetting } from '../src/state/settings.ts';
+import { engineUnreachable, parsePullProgress, runCompose, type ComposeRun } from '../src/adapters/compose-cli.ts';
+import type { InstallerEnv, PlatformFiles } from '../src/adapters/platform-files.ts';
+import { isComposeProcessOf, terminateGroup } from '../src/adapters/processes.ts';
+import { runJob, type ChartPlan, type JobIO, type JobRunDeps, type RunningJobs } from './runtime/job-run.ts';
+
+export interface ComposeJobDeps extends JobRunDeps {
+  platform: PlatformFiles;
+  sealer: Sealer;
+  pruneImages: () => Promise<{ deleted: number; reclaimedBytes: number }>;
+  templatesUrl?: string | undefined;
+  /** The installer's address and current service token, written into the platform's .env by deploy and apply-config. */
+  installerEnv?: () => InstallerEnv;
+}
+
+const STEP_ARGS: Record<string, (services: string[]) => string[]> = {
+  restart: (s) => ['restart', ...s],
+  stop: (s) => ['stop', ...s],
+  kill: (s) => ['kill', ...s],
+  pull: (s) => ['pull', ...s],
+  up: (s) => ['up', '-d', '--remove-orphans', ...s],
+  'up-pulled': (s) => ['up', '-d', '--pull', 'never', ...s],
+  recreate: (s) => ['up', '-d', '--force-recreate', '--pull', 'never', ...s],
+};
+
+/** The chart's steps for a job kind (the table in src/contracts/job-kinds.ts). */
+export function stepsFor(kind: JobKind): { steps: string[]; needsPrepare: boolean } {
+  const def = JOB_KINDS[kind];
+  if (def.chart !== 'job') throw new Error(`${kind} is not a compose job`);
+  return { steps: [...def.steps], needsPrepare: def.needsPrepare };
+}
+
+export class ComposeJobReconciler {
+  readonly chart = 'job' as const;
+
+  constructor(private readonly d: ComposeJobDeps, private readonly running: RunningJobs) {}
+
+  /** Runs the claimed job `jobId` to its end (re-read here: the row is the truth). */
+  async reconcile(jobId: string): Promise<void> {
+    const job = await getJob(this.d.db, jobId);
+    if (!job || job.phase !== 'running') return;
+    await runJob(this.d, job, this.running, (io) => this.plan(job, io));
+  }
+
+  /** A restart left a compose run of ours behind: end it before the job is closed as interrupted. */
+  stopLeftover(job: { runnerPid: number | null }): void {
+    if (job.runnerPid && isComposeProcessOf(job.runnerPid, this.d.platform.project)) terminateGroup(job.runnerPid);
+  }
+
+  private plan(job: JobView, io: JobIO): ChartPlan {
+    const db: Kysely<DB> = this.d.db;
+    const services = job.params.services ?? [];
+    const { steps, needsPrepare } = stepsFor(job.kind);
+    let current: ComposeRun | undefined;
+
+    const prepare = fromCallback<EventObject, Record<string, never>>(({ sendBack }) => {
+      const log = (text: string) => {
+        sendBack({ type: 'OUTPUT' });
+        io.touch();
+        io.line('output', { stream: 'stdout', line: text }, text);
+      };
+      io.touch(true);
+      io.phase('prepare');
+      void (async () => {
+        const warn = (text: string) => {
+          sendBack({ type: 'OUTPUT' });
+          io.line('warning', { message: text }, `warning: ${text}`);
+        };
+        // Read at each job, so a rotated service token reaches the platform with the next one.
+        const installer = this.d.installerEnv?.() ?? { env: {}, problem: null };
+        if (installer.problem) warn(installer.problem);
+        if (job.kind === 'deploy') {
+          if (!this.d.templatesUrl) throw new Error('PLATFORM_TEMPLATES_URL is not set: there is nothing to deploy from');
+          const vmUser = (await getSetting<string>(db, 'vmUser')) ?? null;
+          await this.d.platform.installTemplates(this.d.templatesUrl, vmUser, log, { installerEnv: installer.env, warn });
+        }
+        const changes = await pendingConfigChanges(db, this.d.sealer);
+        const installerKeys = Object.keys(installer.env);
+        if (changes.length || installerKeys.length) {
+          const set: Record<string, string> = {};
+          const remove: string[] = [];
+          for (const c of changes) if (c.value === null) remove.push(c.key); else set[c.key] = c.value;
+          // The installer's keys win over any change to them: they are its own, not the operator's.
+          await this.d.platform.changeEnv({ ...set, ...installer.env }, remove.filter((k) => !installerKeys.includes(k)));
+          if (installerKeys.length) log(`wrote ${installerKeys.join(', ')} into the platform .env`);
+        }
+        if (changes.length) {
+          await clearConfigChanges(db, changes);
+          log(`configuration changed: ${changes.map((c) => (c.value === null ? `-${c.key}` : c.key)).join(', ')}`);
+        } else if (job.kind === 'apply-config') {
+          log('no pending configuration changes; recreating with the current .env');
+        }
+      })().then(
+        () => sendBack({ type: 'PREPARED' }),
+        (err: Error) => sendBack({ type: 'PREPARE_FAILED', message: err.message }),
+      );
+      return () => {};
+    });
+
+    const runStep = fromCallback<EventObject, StepInput>(({ input, sendBack }) => {
+      io.touch(true);
+      if (input.step === 'prune') {
+        io.phase('prune');
+        this.d.pruneImages().then(
+          (r) => {
+            io.line('output', { stream: 'stdout', line: `pruned ${r.deleted} dangling images (${r.reclaimedBytes} bytes)` }, `pruned ${r.deleted} dangling images`);
+            sendBack({ type: 'STEP_DONE', exitCode: 0 });
+          },
+          (err: Error) => {
+            // A failed prune leaves the platform as it should be: warn, do not fail the job.
+            io.line('warning', { message: `pruning dangling images failed: ${err.message}` }, `warning: prune failed: ${err.message}`);
+            sendBack({ type: 'STEP_DONE', exitCode: 0 });
+          },
+        );
+        return () => {};
+      }
+      const args = STEP_ARGS[input.step]!(services);
+      io.phase(input.step, { command: ['docker', 'compose', ...args].join(' ') });
+      let noEngine: string | null = null;
+      const run = runCompose(this.d.platform.target(), args, (stream, text) => {
+        sendBack({ type: 'OUTPUT' });
+        io.touch();
+        if (stream === 'stderr' && engineUnreachable(text)) noEngine ??= text.trim().slice(0, 300);
+        const progress = input.step === 'pull' ? parsePullProgress(text) : null;
+        if (progress) io.line('progress', { ...progress, line: text }, text);
+        else io.line('output', { stream, line: text }, text);
+      });
+      current = run;
+      void updateJobStatus(db, job.jobId, { runnerPid: run.pid ?? null }).catch(() => {});
+      let exited = false;
+      void run.exited.then((code) => {
+        exited = true;
+        // Compose could not reach the engine: say so rather than only "exited with code 1".
+        if (code !== 0 && noEngine) sendBack({ type: 'STEP_FAILED', exitCode: code, message: `${input.step} failed: the Docker engine is not reachable (${noEngine})` });
+        else sendBack({ type: 'STEP_DONE', exitCode: code });
+      });
+      return () => {
+        if (!exited) run.cancel();
+      };
+    });
+
+    return {
+      machine: jobMachine.provide({ actors: { prepare, runStep } }),
+      input: { steps, needsPrepare, hungMinutes: this.d.hungMinutes },
+      chartVersion: JOB_CHART_VERSION,
+      auditDetail: services.length ? `services: ${services.join(', ')}` : 'all services',
+      startedExtra: { steps },
+      settled: async () => current?.exited,
+    };
+  }
+}

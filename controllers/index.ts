@@ -1,0 +1,166 @@
+// The controllers of one process: one reconciler per kind on the shared runtime. Job kinds run one
+// at a time through one claim loop (compose jobs and the host migration never overlap); cancels,
+// self-update requests and the self-update outcome each have their own. Reconcilers never import
+// one another: they meet only in the database (rows, and NOTIFY to wake each other).
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import type { DB } from '../src/db/schema.ts';
+import { JOB_KINDS, QUEUED_KINDS } from '../src/contracts/job-kinds.ts';
+import type { JobsPort, RuntimePort } from '../src/contracts/ports.ts';
+import { claimNextJob, JOBS_CHANNEL } from '../src/state/jobs.ts';
+import { SELF_UPDATE_CHANNEL } from '../src/state/self-update.ts';
+import type { JobEventLog } from '../src/state/job-events.ts';
+import type { Sealer } from '../src/state/platform-config.ts';
+import type { HostRunner } from '../src/adapters/host-runner.ts';
+import type { InstallerEnv, PlatformFiles } from '../src/adapters/platform-files.ts';
+import type { SelfUpdateEngine, SelfUpdateSettings } from '../src/adapters/self-update.ts';
+import { ClaimLoop, sharedListen, type Listen } from './runtime/claim-loop.ts';
+import { closeInterruptedJobs, mirrorLogger, RunningJobs } from './runtime/job-run.ts';
+import { ComposeJobReconciler } from './compose-job.ts';
+import { HostMigrationReconciler } from './host-migration.ts';
+import { CancelJobReconciler } from './cancel-job.ts';
+import { SelfUpdateReconciler } from './self-update.ts';
+import { SelfUpdateOutcomeReconciler } from './self-update-outcome.ts';
+
+export interface ControllersDeps {
+  db: Kysely<DB>;
+  listen: Listen;
+  events: JobEventLog;
+  logger: Logger;
+  workerId: string;
+  pollMs?: number;
+  /** How long the event log keeps a finished job in memory; swept once a minute. */
+  sweepMs?: number;
+  jobs: {
+    platform: PlatformFiles;
+    sealer: Sealer;
+    pruneImages: () => Promise<{ deleted: number; reclaimedBytes: number }>;
+    hungMinutes: number;
+    templatesUrl?: string | undefined;
+    installerEnv?: () => InstallerEnv;
+    hostRunner?: HostRunner | undefined;
+    migrateHostScriptPath: string;
+  };
+  selfUpdate: {
+    engine: SelfUpdateEngine;
+    runtime: RuntimePort;
+    settings: SelfUpdateSettings;
+    channel: string | undefined;
+    retryMs?: number;
+    helperGraceMs?: number;
+  };
+}
+
+/** Which controllers to start: all of them by default. */
+export type ControllerGroup = 'jobs' | 'self-update';
+
+export class Controllers implements JobsPort {
+  private readonly abort = new AbortController();
+  private readonly running: RunningJobs;
+  private readonly composeJob: ComposeJobReconciler;
+  private readonly hostMigration: HostMigrationReconciler;
+  private readonly selfUpdate: SelfUpdateReconciler;
+  private readonly outcome: SelfUpdateOutcomeReconciler;
+  private readonly jobLoop: ClaimLoop<string>;
+  private readonly cancelLoop: ClaimLoop<string>;
+  private readonly updateLoop: ClaimLoop<string>;
+  private readonly outcomeLoop: ClaimLoop<never>;
+  private readonly started: ControllerGroup[] = [];
+  private sweeper: NodeJS.Timeout | undefined;
+
+  constructor(private readonly d: ControllersDeps) {
+    const listen = sharedListen(d.listen);
+    const signal = this.abort.signal;
+    const jobLog = d.logger.child({ controller: 'jobs' });
+    const updateLog = d.logger.child({ controller: 'self-update' });
+    const jobDeps = { db: d.db, events: d.events, logger: jobLog, mirror: mirrorLogger(jobLog), ...d.jobs };
+    this.running = new RunningJobs(d.db);
+    this.composeJob = new ComposeJobReconciler(jobDeps, this.running);
+    this.hostMigration = new HostMigrationReconciler(jobDeps, this.running);
+    const cancel = new CancelJobReconciler({ db: d.db, events: d.events, signal });
+    this.selfUpdate = new SelfUpdateReconciler({ db: d.db, logger: updateLog, workerId: d.workerId, signal, ...d.selfUpdate });
+    this.outcome = new SelfUpdateOutcomeReconciler({
+      db: d.db, logger: updateLog, workerId: d.workerId, signal, engine: d.selfUpdate.engine, runtime: d.selfUpdate.runtime,
+      repository: d.selfUpdate.settings.repository, ...(d.selfUpdate.retryMs !== undefined ? { retryMs: d.selfUpdate.retryMs } : {}),
+    });
+    const common = { listen, logger: d.logger, ...(d.pollMs !== undefined ? { pollMs: d.pollMs } : {}) };
+    this.jobLoop = new ClaimLoop<string>({
+      ...common,
+      name: 'jobs',
+      channels: [JOBS_CHANNEL],
+      claim: async () => (await claimNextJob(d.db, d.workerId, { only: [...QUEUED_KINDS] }))?.jobId,
+      reconcile: async (jobId) => {
+        const chart = await this.chartOf(jobId);
+        await (chart === 'host-migration' ? this.hostMigration.reconcile(jobId) : this.composeJob.reconcile(jobId));
+      },
+      // A cancel is written on the running job's row: its chart gets CANCEL at the next wake.
+      onWake: () => this.running.watch(),
+    });
+    this.cancelLoop = new ClaimLoop<string>({
+      ...common,
+      name: 'cancels',
+      channels: [JOBS_CHANNEL],
+      claim: async () => (await claimNextJob(d.db, `${d.workerId}:cancel`, { only: ['cancel-job'] }))?.jobId,
+      reconcile: (jobId) => cancel.reconcile(jobId),
+    });
+    this.updateLoop = new ClaimLoop<string>({
+      ...common,
+      name: 'self-update',
+      channels: [SELF_UPDATE_CHANNEL],
+      claim: async () => (await this.selfUpdate.claim())?.requestId,
+      reconcile: (requestId) => this.selfUpdate.reconcile(requestId),
+    });
+    // Nothing to claim: every wake asks the outcome's reconciler whether a helper is running.
+    this.outcomeLoop = new ClaimLoop<never>({
+      ...common,
+      name: 'self-update outcome',
+      channels: [SELF_UPDATE_CHANNEL],
+      claim: async () => {
+        void this.outcome.reconcile();
+        return undefined;
+      },
+      reconcile: async () => {},
+    });
+  }
+
+  private async chartOf(jobId: string): Promise<string> {
+    const row = await this.d.db.selectFrom('deployment_jobs').select('kind').where('job_id', '=', jobId).executeTakeFirst();
+    return row ? JOB_KINDS[row.kind].chart : 'job';
+  }
+
+  /** Starts the given controllers (all by default). Call once the database is migrated. */
+  async start(groups: ControllerGroup[] = ['jobs', 'self-update']): Promise<void> {
+    if (groups.includes('jobs')) {
+      await closeInterruptedJobs({ db: this.d.db, events: this.d.events, logger: this.d.logger.child({ controller: 'jobs' }) }, (j) => this.composeJob.stopLeftover(j));
+      await this.jobLoop.start();
+      await this.cancelLoop.start();
+      this.sweeper = setInterval(() => this.d.events.sweep(), this.d.sweepMs ?? 60_000);
+      this.sweeper.unref();
+      this.started.push('jobs');
+    }
+    if (groups.includes('self-update')) {
+      // Before the outcome's first run: an interrupted preflight whose helper did start becomes in flight.
+      await this.selfUpdate.closeInterrupted();
+      await this.updateLoop.start();
+      // Not awaited: the backend must come up (and be judged healthy) while the helper still waits.
+      await this.outcomeLoop.start();
+      this.started.push('self-update');
+    }
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.sweeper);
+    this.abort.abort();
+    await Promise.all([this.jobLoop.stop(), this.cancelLoop.stop(), this.updateLoop.stop(), this.outcomeLoop.stop()]);
+  }
+
+  /** What is running here, for diagnostics. */
+  busy(): { running: string[]; queueSize: number } {
+    return { running: this.running.ids(), queueSize: 0 };
+  }
+
+  /** The outcome's reconciliation, run now if an update's helper is running (tests and the boot). */
+  reconcileOutcome(): Promise<void> {
+    return this.outcome.reconcile();
+  }
+}

@@ -1,0 +1,198 @@
+// What every job kind's reconciler shares: opening the job's event stream and audit row, the
+// output/phase/hung-deadline writer (`JobIO`), running the kind's chart with its snapshot persisted,
+// and recording the end in three steps (status row, audit row, `finished` event), plus closing at
+// boot the jobs a restart interrupted. A kind supplies only its chart and actors (`ChartPlan`).
+import type { AnyStateMachine } from 'xstate';
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import type { Condition, DB, JobPhase } from '../../src/db/schema.ts';
+import { finishJob, getJob, runningJobs, unsettledEndedJobs, updateJobStatus, type JobView } from '../../src/state/jobs.ts';
+import { recordFinished, recordStarted } from '../../src/state/actions.ts';
+import type { JobEventLog } from '../../src/state/job-events.ts';
+import { phaseOf, type JobOutcomeState } from '../../machines/job.machine.ts';
+import { OrderedWrites, runChart, type RunningChart } from './run-chart.ts';
+
+/** How a job writes what it does: output lines, warnings, phases, and the hung deadline. */
+export interface JobIO {
+  line(type: 'output' | 'progress' | 'warning', payload: Record<string, unknown>, text: string): void;
+  phase(name: string, extra?: Record<string, unknown>): void;
+  touch(force?: boolean): void;
+}
+
+/** A job kind's chart, its input, and a way to wait until the processes it started are gone. */
+export interface ChartPlan {
+  machine: AnyStateMachine;
+  input: unknown;
+  chartVersion: string;
+  /** What the job's audit row says it does. */
+  auditDetail: string;
+  /** Extra fields of the `started` phase event. */
+  startedExtra: Record<string, unknown>;
+  settled(): Promise<unknown>;
+}
+
+export interface JobRunDeps {
+  db: Kysely<DB>;
+  events: JobEventLog;
+  logger: Logger;
+  /** Job output mirrored to stdout whatever LOG_LEVEL is (see `mirrorLogger`). */
+  mirror: Logger;
+  hungMinutes: number;
+}
+
+/**
+ * Job output mirrored to the backend's stdout whatever LOG_LEVEL is: deployment output must survive
+ * a backend restart and reach the platform's log pipeline (the spec), so its lines are not subject
+ * to the level that filters the backend's own messages.
+ */
+export function mirrorLogger(logger: Logger): Logger {
+  return logger.child({ mirror: 'job-output' }, { level: 'info' });
+}
+
+/** The job's conditions (Kubernetes style) on its status row: whether it is still at work, and how it ended. */
+export function jobConditions(end: { state: string; phase: 'completed' | 'failed'; detail: string | null } | null): Condition[] {
+  const at = new Date().toISOString();
+  if (!end) return [{ type: 'Progressing', status: 'True', reason: 'Running', message: 'the job chart is running', at }];
+  return [
+    { type: 'Progressing', status: 'False', reason: end.state, message: `the job ended ${end.phase}`, at },
+    { type: 'Succeeded', status: end.phase === 'completed' ? 'True' : 'False', reason: end.state, message: end.detail ?? '', at },
+  ];
+}
+
+export const INTERRUPTED = 'interrupted: the backend restarted while the job was running';
+
+async function finishAudit(db: Kysely<DB>, jobId: string, status: 'completed' | 'failed', exitCode: number | null, detail: string | null): Promise<void> {
+  const rows = await db.selectFrom('deployment_actions').select('id').where('job_id', '=', jobId).where('status', '=', 'started').execute();
+  // No detail (a success) keeps the one written at the start: which services were acted on.
+  for (const r of rows) await recordFinished(db, r.id, { status, exitCode, ...(detail !== null ? { detail } : {}) });
+}
+
+/** The running jobs of this process, so that a cancel written on a job's row reaches its chart. */
+export class RunningJobs {
+  private readonly charts = new Map<string, RunningChart>();
+
+  constructor(private readonly db: Kysely<DB>) {}
+
+  add(jobId: string, chart: RunningChart): void {
+    this.charts.set(jobId, chart);
+  }
+
+  delete(jobId: string): void {
+    this.charts.delete(jobId);
+  }
+
+  ids(): string[] {
+    return [...this.charts.keys()];
+  }
+
+  /** Level-based: each running job whose row now asks for a cancel gets CANCEL (the chart ignores repeats). */
+  async watch(): Promise<void> {
+    for (const [jobId, chart] of this.charts) {
+      const row = await getJob(this.db, jobId);
+      if (row?.cancelRequestedBy) chart.send({ type: 'CANCEL', by: row.cancelRequestedBy });
+    }
+  }
+}
+
+/** Runs one claimed job: event stream, audit row, the kind's chart, and its end recorded. */
+export async function runJob(d: JobRunDeps, job: JobView, running: RunningJobs, planFor: (io: JobIO) => ChartPlan): Promise<void> {
+  const { db, events, logger } = d;
+  const jobId = job.jobId;
+  const services = job.params.services ?? [];
+  await events.open(jobId);
+
+  let deadlineWrittenAt = 0;
+  const hungMs = d.hungMinutes * 60_000;
+  const io: JobIO = {
+    touch: (force = false) => {
+      const now = Date.now();
+      if (!force && now - deadlineWrittenAt < 5_000) return;
+      deadlineWrittenAt = now;
+      void updateJobStatus(db, jobId, { lastOutputAt: new Date(now), hungDeadline: new Date(now + hungMs) }).catch(() => {});
+    },
+    line: (type, payload, text) => {
+      void events.append(jobId, type, payload).catch((err) => logger.error({ err, jobId }, 'job event not stored'));
+      // Mirrored to the backend's stdout so deployment output survives a restart of the backend.
+      d.mirror.info({ jobId }, `[job ${jobId}] ${text}`);
+    },
+    phase: (name, extra = {}) => {
+      void events.append(jobId, 'phase', { phase: name, ...extra }).catch((err) => logger.error({ err, jobId }, 'job event not stored'));
+    },
+  };
+  const plan = planFor(io);
+  await recordStarted(db, { kind: job.kind, actor: { id: job.actor, email: job.actorEmail }, jobId, detail: plan.auditDetail });
+  logger.info({ jobId, kind: job.kind, services, actor: job.actor }, `job ${jobId} started: ${job.kind}`);
+  io.phase('started', { kind: job.kind, services, ...plan.startedExtra });
+  await updateJobStatus(db, jobId, { conditions: jobConditions(null) });
+
+  const writes = new OrderedWrites(() => {});
+  const result = await runChart({
+    machine: plan.machine,
+    input: plan.input,
+    writes,
+    persist: (snapshot) => updateJobStatus(db, jobId, { snapshot, chartVersion: plan.chartVersion }),
+    onChartError: (err) => logger.error({ err, jobId }, 'job chart failed'),
+    started: async (chart) => {
+      running.add(jobId, chart);
+      // A cancel that arrived before the job was claimed takes effect now.
+      const fresh = await getJob(db, jobId);
+      if (fresh?.cancelRequestedBy) chart.send({ type: 'CANCEL', by: fresh.cancelRequestedBy });
+    },
+  });
+
+  // Whatever ended the chart, its processes are gone before the job is reported finished.
+  await Promise.race([plan.settled(), new Promise((r) => setTimeout(r, 10_000))]);
+  const snap = result.snapshot;
+  const state = (typeof snap.value === 'string' ? snap.value : 'failed') as JobOutcomeState;
+  const phase = snap.status === 'done' ? phaseOf(state) : 'failed';
+  const context = snap.context as { detail: string | null; exitCode: number | null };
+  const detail: string | null = context.detail ?? (phase === 'completed' ? null : 'the job chart stopped unexpectedly');
+  const exitCode: number | null = context.exitCode;
+  await finishJob(db, jobId, { phase, detail, exitCode });
+  await updateJobStatus(db, jobId, { snapshot: result.persisted, chartVersion: plan.chartVersion, conditions: jobConditions({ state, phase, detail }) });
+  await finishAudit(db, jobId, phase, exitCode, detail);
+  await events.append(jobId, 'finished', { outcome: phase, state, exitCode, detail });
+  running.delete(jobId);
+  logger.info({ jobId, outcome: phase, state, exitCode }, `job ${jobId} ${phase}${detail ? `: ${detail}` : ''}`);
+}
+
+/**
+ * A backend restart leaves running jobs behind: close them as failed and say why. `stop` ends the
+ * processes a job left (its kind's concern). A job's end is written in three steps (status row,
+ * audit row, `finished` event); a restart between them leaves an ended job with its audit row open
+ * or a stream that never ends: those are finished too.
+ */
+export async function closeInterruptedJobs(d: Pick<JobRunDeps, 'db' | 'events' | 'logger'>, stop: (job: { runnerPid: number | null }) => void): Promise<void> {
+  const { db, events, logger } = d;
+  for (const j of await runningJobs(db)) {
+    stop(j);
+    await events.open(j.jobId);
+    if (!(await finishJob(db, j.jobId, { phase: 'failed', detail: INTERRUPTED, exitCode: null }))) continue;
+    await updateJobStatus(db, j.jobId, { conditions: jobConditions({ state: 'interrupted', phase: 'failed', detail: INTERRUPTED }) });
+    await finishAudit(db, j.jobId, 'failed', null, INTERRUPTED);
+    await events.append(j.jobId, 'finished', { outcome: 'failed', state: 'interrupted', exitCode: null, detail: INTERRUPTED });
+    logger.warn({ jobId: j.jobId, kind: j.kind }, INTERRUPTED);
+  }
+  for (const j of await unsettledEndedJobs(db)) {
+    await events.open(j.jobId);
+    await finishAudit(db, j.jobId, j.phase, j.exitCode, j.detail);
+    if (!j.hasFinished) {
+      const state = j.state && j.detail !== INTERRUPTED ? j.state : 'interrupted';
+      await events.append(j.jobId, 'finished', { outcome: j.phase, state, exitCode: j.exitCode, detail: j.detail });
+    }
+    logger.warn({ jobId: j.jobId }, `job ${j.jobId} had ended (${j.phase}) without its end fully recorded; recorded now`);
+  }
+}
+
+/** Records a job that ended without running (a cancel request's own end, or a cancelled queued job). */
+export async function finishUnrun(
+  d: Pick<JobRunDeps, 'db' | 'events'>,
+  jobId: string,
+  end: { phase: 'completed' | 'failed'; state: string; detail: string; from?: readonly JobPhase[] },
+): Promise<boolean> {
+  if (!(await finishJob(d.db, jobId, { phase: end.phase, detail: end.detail, exitCode: null }, end.from))) return false;
+  await updateJobStatus(d.db, jobId, { conditions: jobConditions(end) });
+  await d.events.open(jobId);
+  await d.events.append(jobId, 'finished', { outcome: end.phase, state: end.state, exitCode: null, detail: end.detail });
+  return true;
+}

@@ -1,0 +1,158 @@
+// Reconciles how the last self-update ended, once its helper has exited (the boot-reconcile chart):
+// at start (the boot), and whenever a self-update's helper starts while this process lives (woken
+// through the database by the self-update reconciler). One run at a time; each run is a row with
+// its snapshot persisted after each transition (src/state/reconcile-runs.ts).
+import { fromPromise } from 'xstate';
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import type { DB } from '../src/db/schema.ts';
+import type { RuntimePort } from '../src/contracts/ports.ts';
+import { currentMigration } from '../src/db/migrate.ts';
+import { auditTrailChanged, recordFinished } from '../src/state/actions.ts';
+import { pendingReconciliation, updateSelfUpdate } from '../src/state/self-update.ts';
+import { startReconcileRun, updateReconcileRun } from '../src/state/reconcile-runs.ts';
+import { HELPER_NAME, type SelfUpdateEngine } from '../src/adapters/self-update.ts';
+import {
+  BOOT_RECONCILE_CHART_VERSION, bootReconcileMachine, CHANGED_SCHEMA, helperReason, phaseOfOutcome,
+  type HelperOutcome, type PendingUpdate, type RecordInput, type RepointInput, type RunningNow, type UndecidedInput,
+} from '../machines/boot-reconcile.machine.ts';
+import { OrderedWrites, runChart } from './runtime/run-chart.ts';
+
+export interface SelfUpdateOutcomeDeps {
+  db: Kysely<DB>;
+  logger: Logger;
+  engine: SelfUpdateEngine;
+  runtime: RuntimePort;
+  /** The installer's image repository (`registry/name`). */
+  repository: string;
+  workerId: string;
+  signal: AbortSignal;
+  /** Pause between reconciliation attempts when the engine or the database does not answer. */
+  retryMs?: number;
+}
+
+export class SelfUpdateOutcomeReconciler {
+  private running: Promise<void> | null = null;
+  private booted = false;
+
+  constructor(private readonly d: SelfUpdateOutcomeDeps) {}
+
+  private get repository(): string {
+    return this.d.repository;
+  }
+
+  /**
+   * Level-based: the first call (the boot) always runs the chart, and records that run even when
+   * there is nothing to reconcile; later calls run it when an update's helper is running and no run
+   * is under way. Single flight: a call during a run returns that run.
+   */
+  reconcile(): Promise<void> {
+    if (this.d.signal.aborted) return Promise.resolve();
+    this.running ??= (async () => {
+      if (this.booted && !(await pendingReconciliation(this.d.db))) return;
+      this.booted = true;
+      await this.run();
+    })()
+      .catch((err) => this.d.logger.error({ err }, 'self-update reconciliation failed'))
+      .finally(() => {
+        this.running = null;
+      });
+    return this.running;
+  }
+
+  private async run(): Promise<void> {
+    const { db, engine, runtime, logger } = this.d;
+    const actors = {
+      findPending: fromPromise<PendingUpdate | null, undefined>(async () => {
+        const p = await pendingReconciliation(db);
+        if (!p) return null;
+        return {
+          requestId: p.requestId, actionId: p.actionId, targetTag: p.targetTag ?? '', targetDigest: p.targetDigest ?? '', targetImageId: p.targetImageId,
+          previousReference: p.previousReference, previousDigest: p.previousDigest, previousImageId: p.previousImageId,
+          preUpdateMigration: p.preUpdateMigration, helperId: p.helperContainerId, helperDeadline: p.helperDeadline?.toISOString() ?? null,
+        };
+      }),
+      waitForHelper: fromPromise<HelperOutcome, { pending: PendingUpdate }>(async ({ input }) => {
+        const p = input.pending;
+        logger.info({ requestId: p.requestId }, `waiting for ${HELPER_NAME} to exit before reconciling the self-update`);
+        return engine.waitHelper(p.helperId, { deadline: p.helperDeadline ? new Date(p.helperDeadline) : null, signal: this.d.signal });
+      }),
+      inspectRunning: fromPromise<RunningNow, undefined>(async () => {
+        const v = await runtime.version();
+        return { reference: v.image, digest: v.digest, imageId: v.imageId, migration: await currentMigration(db) };
+      }),
+      repointChannelTag: fromPromise<string | null, RepointInput>(async ({ input }) => {
+        const { pending: p, now } = input;
+        const ref = `${this.repository}:${p.targetTag}`;
+        // The helper switched and someone started another build since: the target did not fail.
+        if (input.outcome === 'neither' && input.helper.status === 'ok') return null;
+        if (!now.imageId) return `the local tag ${p.targetTag} was left alone: the id of the running image is unknown`;
+        const current = await engine.imageIdOf(ref);
+        if (current === now.imageId) return null;
+        // Only the failed build is taken away: a channel tag moved since (a newer pull) is left.
+        if (current !== null && p.targetImageId !== null && current !== p.targetImageId) return null;
+        await engine.tag(now.imageId, this.repository, p.targetTag);
+        logger.info({ requestId: p.requestId, reference: ref, imageId: now.imageId, replaced: current }, `${ref} points at the running image again, not at the build that did not stick`);
+        return `the local tag ${p.targetTag} points at it again`;
+      }),
+      recordUndecided: fromPromise<void, UndecidedInput>(async ({ input }) => {
+        const { pending: p, detail, helper } = input;
+        const exitCode = helper?.exitCode ?? null;
+        const changed = await db.transaction().execute(async (tx) => {
+          if (!(await updateSelfUpdate(tx, p.requestId, { phase: 'undecided', detail, helperExitCode: exitCode, finished: true }, ['helper-running']))) return false;
+          if (p.actionId) await recordFinished(tx, p.actionId, { status: 'failed', exitCode, detail });
+          return true;
+        });
+        auditTrailChanged();
+        if (changed) logger.error({ requestId: p.requestId, targetDigest: p.targetDigest }, `self-update closed as undecided: ${detail}`);
+      }),
+      recordOutcome: fromPromise<void, RecordInput>(async ({ input }) => {
+        const { pending: p, outcome, detail, helper } = input;
+        const phase = phaseOfOutcome(outcome);
+        const changed = await db.transaction().execute(async (tx) => {
+          if (!(await updateSelfUpdate(tx, p.requestId, { phase, detail, helperExitCode: helper.exitCode, finished: true }, ['helper-running']))) return false;
+          if (p.actionId) await recordFinished(tx, p.actionId, { status: outcome === 'completed' ? 'completed' : 'failed', exitCode: helper.exitCode, detail });
+          return true;
+        });
+        auditTrailChanged();
+        if (!changed) return; // another process reconciled it meanwhile
+        const fields = { requestId: p.requestId, outcome, targetDigest: p.targetDigest, runningDigest: input.now.digest, helperExitCode: helper.exitCode, helperStatus: helper.status };
+        if (outcome === 'completed') logger.info(fields, `self-update completed: ${detail}`);
+        else logger.warn(fields, `self-update did not stick (${phase}): ${detail}`);
+      }),
+    };
+    const machine = bootReconcileMachine.provide({
+      actors,
+      actions: {
+        alertChangedSchema: ({ context }) => {
+          const p = context.pending!;
+          logger.error(
+            { requestId: p.requestId, preUpdateMigration: p.preUpdateMigration, schemaMigration: context.now?.migration, reason: context.helper ? helperReason(context.helper, p.targetTag) : null },
+            `${CHANGED_SCHEMA}: the schema is at ${context.now?.migration ?? 'none'} but was at ${p.preUpdateMigration ?? 'none'} before the update; this build must tolerate the newer schema: verify it by hand`,
+          );
+        },
+      },
+    });
+    const runId = await startReconcileRun(db, this.d.workerId, BOOT_RECONCILE_CHART_VERSION);
+    let requestId: string | null = null;
+    const writes = new OrderedWrites((err) => logger.warn({ err }, 'reconciliation snapshot not stored'));
+    const result = await runChart({
+      machine,
+      input: { ...(this.d.retryMs !== undefined ? { retryMs: this.d.retryMs } : {}) },
+      writes,
+      persist: (snapshot) => {
+        // The run names the update it reconciles once it has found one.
+        const found = (snapshot as { context?: { pending?: { requestId?: string } | null } }).context?.pending?.requestId ?? null;
+        const patch = { snapshot, ...(found !== requestId ? { requestId: found } : {}) };
+        requestId = found;
+        return updateReconcileRun(db, runId, patch);
+      },
+      signal: this.d.signal,
+      onChartError: (err) => logger.error({ err }, 'self-update reconciliation chart failed'),
+    });
+    if (result.stopped) return;
+    await updateReconcileRun(db, runId, { snapshot: result.persisted, finished: true });
+    const snap = result.snapshot;
+    if (snap.value === 'failed') logger.error({ error: snap.context.lastError }, 'gave up reconciling the last self-update and could not close it (the database did not answer); the next boot tries again');
+  }
+}
