@@ -54,7 +54,10 @@ export class CancelJobReconciler {
         await new Promise((r) => setTimeout(r, this.d.pollMs ?? 100));
         continue;
       }
-      return sawRunning ? { phase: 'completed', detail: `cancelled job ${targetId}` } : { phase: 'failed', detail: `job ${targetId} had already ended (${target.phase})` };
+      // Ended: by this cancel (its chart ended `cancelled`, possibly before this reconciler looked), or before it.
+      // The detail is written with the phase (the snapshot may land later): the chart's cancelled end says who.
+      const byCancel = sawRunning || (target.cancelRequestedBy !== null && (target.state === 'cancelled' || (target.detail ?? '').startsWith(`cancelled by ${target.cancelRequestedBy}`)));
+      return byCancel ? { phase: 'completed', detail: `cancelled job ${targetId}` } : { phase: 'failed', detail: `job ${targetId} had already ended (${target.phase})` };
     }
   }
 }

@@ -132,6 +132,8 @@ export async function runJob(d: JobRunDeps, job: JobView, running: RunningJobs, 
     writes,
     persist: (snapshot) => updateJobStatus(db, jobId, { snapshot, chartVersion: plan.chartVersion }),
     onChartError: (err) => logger.error({ err, jobId }, 'job chart failed'),
+    // The end is recorded at once, beside snapshot writes still in flight; the final snapshot goes last.
+    awaitWrites: false,
     started: async (chart) => {
       running.add(jobId, chart);
       // A cancel that arrived before the job was claimed takes effect now.
@@ -149,6 +151,7 @@ export async function runJob(d: JobRunDeps, job: JobView, running: RunningJobs, 
   const detail: string | null = context.detail ?? (phase === 'completed' ? null : 'the job chart stopped unexpectedly');
   const exitCode: number | null = context.exitCode;
   await finishJob(db, jobId, { phase, detail, exitCode });
+  await writes.flush();
   await updateJobStatus(db, jobId, { snapshot: result.persisted, chartVersion: plan.chartVersion, conditions: jobConditions({ state, phase, detail }) });
   await finishAudit(db, jobId, phase, exitCode, detail);
   await events.append(jobId, 'finished', { outcome: phase, state, exitCode, detail });

@@ -45,6 +45,11 @@ export interface ChartRun<M extends AnyStateMachine> {
   signal?: AbortSignal;
   /** The chart threw: reported, and the run ends as if the chart had stopped. */
   onChartError(err: unknown): void;
+  /**
+   * Whether to wait for the persist writes before resolving (default true). A caller that records
+   * the end itself may start that write at once and flush `writes` after it.
+   */
+  awaitWrites?: boolean;
   /** Called once the actor has started, with a handle to send it events. */
   started?(actor: RunningChart): void | Promise<void>;
 }
@@ -57,7 +62,7 @@ export interface ChartResult<M extends AnyStateMachine> {
   stopped: boolean;
 }
 
-/** Runs the chart to its end (or until `signal` aborts); every persist write has ended when it resolves. */
+/** Runs the chart to its end (or until `signal` aborts); every persist write has ended when it resolves, unless `awaitWrites` is false. */
 export async function runChart<M extends AnyStateMachine>(run: ChartRun<M>): Promise<ChartResult<M>> {
   const actor = createActor(run.machine as AnyStateMachine, { input: run.input });
   let lastValue: string | undefined;
@@ -91,6 +96,6 @@ export async function runChart<M extends AnyStateMachine>(run: ChartRun<M>): Pro
   }
   await done;
   run.signal?.removeEventListener('abort', stop);
-  await run.writes.flush();
+  if (run.awaitWrites !== false) await run.writes.flush();
   return { snapshot: actor.getSnapshot() as SnapshotFrom<M>, persisted: actor.getPersistedSnapshot(), stopped };
 }
