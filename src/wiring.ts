@@ -104,6 +104,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
   const logs = new ContainerLogs(docker, { scrub, warn: (details, message) => logger.warn(details, message) });
   const users = userDirectory(database);
   let closeLocalSocket: (() => Promise<void>) | undefined;
+  let unfollow: (() => Promise<void>) | undefined;
   const deps: AppDeps = {
     users,
     logs,
@@ -116,7 +117,6 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     platform,
     events,
     sealer,
-    jobs: controllers,
     // The graphs never change while the process runs: drawn once here.
     machines: machineCharts(database.db, SPECS.map((s) => ({ id: s.id, title: s.title, description: s.description, version: s.version, graph: flattenChart(s.machine) }))),
     selfUpdate: selfUpdateEngine,
@@ -136,7 +136,9 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       const cutoff = new Date(Date.now() - settings.JOB_EVENT_RETENTION_DAYS * 86_400_000);
       const pruned = await pruneJobEvents(database.db, cutoff);
       if (pruned) logger.info({ pruned, olderThan: cutoff.toISOString() }, 'pruned old job events');
-      await controllers.start();
+      // The API's streams hear of events stored by whichever process runs the controllers.
+      if (settings.INSTALLER_ROLE !== 'controllers') unfollow = await events.follow((c, n) => database.listen(c, n));
+      if (settings.INSTALLER_ROLE !== 'api') await controllers.start();
       // The embedded database is this process's alone: the `user` CLI hands its changes over here.
       if (database.kind === 'pglite') {
         const log = logger.child({ component: 'local-socket' });
@@ -160,6 +162,8 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       await closeLocalSocket?.();
       closeLocalSocket = undefined;
       await controllers.stop();
+      await unfollow?.();
+      unfollow = undefined;
     },
   };
 }

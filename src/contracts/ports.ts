@@ -65,11 +65,6 @@ export interface PlatformPort {
   readEnv(): Promise<{ key: string; value: string }[]>;
 }
 
-/** What the jobs controller is doing right now. */
-export interface JobsPort {
-  busy(): { running: string[]; queueSize: number };
-}
-
 /** One log line of a platform container (docs/adr/0007-container-logs.md). */
 export interface ContainerLogLine {
   /** Container name without the leading slash, e.g. `platform-web-1`. */

@@ -10,6 +10,7 @@ import { SECRET_SETTINGS, type Settings } from '../../config.ts';
 import { currentMigration } from '../../db/migrate.ts';
 import { databaseUp } from '../../state/health.ts';
 import { recentActions, recentJobs, recentSelfUpdates } from '../../state/observability.ts';
+import { queueState } from '../../state/jobs.ts';
 import type { InstallerMetrics } from '../metrics.ts';
 import { unavailable } from '../../errors.ts';
 
@@ -99,13 +100,14 @@ export const observabilityRoutes = (metrics: InstallerMetrics): FastifyPluginAsy
       const generatedAt = new Date();
       const dbUp = await databaseUp(db);
       const fromDb = <T>(read: () => Promise<T>) => (dbUp ? settle(read()) : Promise.resolve({ error: 'the database is unavailable' }));
-      const [runtimeInfo, engine, platformContainers, installerContainers, migration, jobs, actions, updates, envKeys] = await Promise.all([
+      const [runtimeInfo, engine, platformContainers, installerContainers, migration, jobs, queue, actions, updates, envKeys] = await Promise.all([
         settle(runtime.version()),
         settle(port.engine()),
         settle(platform.containers()),
         settle(port.installerContainers()),
         fromDb(() => currentMigration(db)),
         fromDb(() => recentJobs(db, RECENT_JOBS)),
+        fromDb(() => queueState(db)),
         fromDb(() => recentActions(db, RECENT_ACTIONS)),
         fromDb(() => recentSelfUpdates(db, RECENT_UPDATES)),
         // Keys only: platform settings may hold the customer's own secrets.
@@ -120,7 +122,7 @@ export const observabilityRoutes = (metrics: InstallerMetrics): FastifyPluginAsy
         settings: redactedSettings(settings),
         platform: { project: platform.project, envKeys, containers: platformContainers },
         installerContainers,
-        jobs: { running: app.deps.jobs?.busy() ?? null, recent: jobs },
+        jobs: { running: queue, recent: jobs },
         actions,
         selfUpdates: updates,
         logs: port.recentLogLines(),
