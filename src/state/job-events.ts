@@ -6,7 +6,7 @@
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../db/schema.ts';
 
-/** The channel a batch of stored events is announced on; the payload is `jobId:seq` (the highest seq stored). */
+/** The channel a batch of stored events is announced on; the payload is `jobId:seq` (the highest seq stored) for each job in it, space-separated. */
 export const JOB_EVENTS_CHANNEL = 'job_events';
 
 export interface JobEventRecord {
@@ -114,14 +114,18 @@ export class JobEventLog {
         const newest = new Map<string, number>();
         for (const { record: r } of batch) newest.set(r.jobId, Math.max(newest.get(r.jobId) ?? 0, r.seq));
         try {
-          await this.db.transaction().execute(async (tx) => {
-            await tx
-              .insertInto('deployment_job_events')
-              .values(batch.map(({ record: r }) => ({ job_id: r.jobId, seq: r.seq, type: r.type, payload: JSON.stringify(r.payload), at: r.at })))
-              .execute();
-            // Delivered at commit: a process that hears it finds the rows.
-            for (const [jobId, seq] of newest) await sql`select pg_notify(${JOB_EVENTS_CHANNEL}, ${`${jobId}:${seq}`})`.execute(tx);
-          });
+          // One statement (one round trip): the insert, and the notice Postgres delivers at its
+          // commit, so a process that hears it finds the rows.
+          const notice = [...newest].map(([jobId, seq]) => `${jobId}:${seq}`).join(' ');
+          await this.db
+            .with('stored', (q) =>
+              q
+                .insertInto('deployment_job_events')
+                .values(batch.map(({ record: r }) => ({ job_id: r.jobId, seq: r.seq, type: r.type, payload: JSON.stringify(r.payload), at: r.at })))
+                .returning('seq'),
+            )
+            .selectNoFrom(sql<string>`pg_notify(${JOB_EVENTS_CHANNEL}, ${notice})`.as('notified'))
+            .execute();
         } catch (err) {
           for (const p of batch) p.reject(err);
           continue;
@@ -155,8 +159,10 @@ export class JobEventLog {
    */
   async follow(listen: (channel: string, onNotify: (payload: string) => void) => Promise<() => Promise<void>>): Promise<() => Promise<void>> {
     return listen(JOB_EVENTS_CHANNEL, (payload) => {
-      const m = /^(.+):(\d+)$/.exec(payload);
-      if (m) this.announce(m[1]!, Number(m[2]));
+      for (const part of payload.split(' ')) {
+        const m = /^(.+):(\d+)$/.exec(part);
+        if (m) this.announce(m[1]!, Number(m[2]));
+      }
     });
   }
 

@@ -27,9 +27,9 @@ async function exchange(writerDb: Database, readerDb: Database): Promise<void> {
     // What a stream does when woken: read the rows after its cursor. They must be there.
     reading = reading.then(async () => {
       const rows = await reader.read(jobId, seen.at(-1) ?? 0);
-      expect(rows.length, `notified of ${seq} before its rows were readable`).toBeGreaterThan(0);
-      expect(rows.at(-1)!.seq).toBeGreaterThanOrEqual(seq);
       seen.push(...rows.map((r) => r.seq));
+      // An earlier read may already have taken these rows; either way, they are there now.
+      expect(seen.at(-1) ?? 0, `notified of ${seq} before its rows were readable`).toBeGreaterThanOrEqual(seq);
     });
   });
   await writer.open(jobId);
@@ -63,14 +63,15 @@ describe('job events through NOTIFY', () => {
     await exchange(pg.database, second);
   });
 
-  it('ignores notifications it cannot parse', async () => {
+  it('reads every job of a notice and ignores what it cannot parse', async () => {
     const reader = new JobEventLog(second.db, { memoryRetentionMs: 60_000 });
     const unfollow = await reader.follow((c, n) => second.listen(c, n));
     const heard: number[] = [];
     const off = reader.subscribe('x', (seq) => heard.push(seq));
-    for (const payload of ['garbage', 'x:', 'x:not-a-number', ':5', 'x:-1', 'x:7']) await sql`select pg_notify(${JOB_EVENTS_CHANNEL}, ${payload})`.execute(pg.database.db);
-    await eventually(async () => heard.length > 0, 'the one good notification');
-    expect(heard).toEqual([7]);
+    for (const payload of ['garbage', 'x:', 'x:not-a-number', ':5', 'x:-1', 'x:7', 'y:2 x:8']) await sql`select pg_notify(${JOB_EVENTS_CHANNEL}, ${payload})`.execute(pg.database.db);
+    await eventually(async () => heard.length > 1, 'the good notifications');
+    // A batch of several jobs is one notice naming each; only this job's parts reach its listener.
+    expect(heard).toEqual([7, 8]);
     off();
     await unfollow();
   });
