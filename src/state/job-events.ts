@@ -159,6 +159,12 @@ export class JobEventLog {
    */
   async follow(listen: (channel: string, onNotify: (payload: string) => void) => Promise<() => Promise<void>>): Promise<() => Promise<void>> {
     return listen(JOB_EVENTS_CHANNEL, (payload) => {
+      // Empty: the LISTEN connection came back and notices sent meanwhile are lost. Every stream
+      // of this process re-reads after its cursor now, rather than at its next poll.
+      if (payload === '') {
+        for (const jobId of [...this.listeners.keys()]) this.announce(jobId, Number.POSITIVE_INFINITY);
+        return;
+      }
       for (const part of payload.split(' ')) {
         const m = /^(.+):(\d+)$/.exec(part);
         if (m) this.announce(m[1]!, Number(m[2]));
