@@ -142,11 +142,14 @@ export async function readFresh<K extends ObservedKey>(db: Kysely<DB>, key: K, n
   const row = await readObserved(db, key);
   if (!isStale(row, need)) return row;
   const wanted = await requestRefresh(db, key);
+  const neverObserved = !row || row.observedAt === null;
   const deadline = Date.now() + need.waitMs;
   let delay = 10;
   for (;;) {
     const now = await readObserved(db, key);
     if (now && now.observedGeneration >= wanted) return now;
+    // Nothing was known: the first observation serves, if it is not older than what the reader needs.
+    if (neverObserved && now?.observedAt && !(need.notBefore && now.observedAt.getTime() < need.notBefore.getTime())) return now;
     if (Date.now() >= deadline) return now;
     await sleep(Math.min(delay, Math.max(1, deadline - Date.now())));
     delay = Math.min(delay * 2, 100);

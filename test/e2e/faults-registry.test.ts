@@ -41,6 +41,8 @@ async function backend(registry: string): Promise<string> {
     HOST: '127.0.0.1',
     INSTALLER_REGISTRY: registry,
     INSTALLER_CHANNEL: 'dev',
+    // The backends share one database: each must read the channel itself, not a row another wrote.
+    OBSERVED_CHANNEL_MAX_AGE_SECONDS: '0',
     INSTALLER_WORK_DIR: mkdtempSync(path.join(tmpdir(), 'faults-registry-work-')),
     LOG_LEVEL: 'info',
   });
