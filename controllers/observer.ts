@@ -69,7 +69,9 @@ export class Observer {
     this.every(this.deps.slowMs ?? 300_000, () => this.kick('channel'));
     this.every(this.deps.pollMs ?? 2_000, () => void this.servePending());
     this.follow();
-    for (const k of [...FAST_KEYS, 'channel'] as const) this.kick(k);
+    // The channel (registry, compose files) is read on the first request or tick, not at boot:
+    // a backend that nobody asks does not pull or create anything right away.
+    for (const k of FAST_KEYS) this.kick(k);
   }
 
   async stop(): Promise<void> {
