@@ -161,7 +161,8 @@ export function watchProjectEvents(
     ended = true;
     onEnd(err);
   };
-  docker.getEvents({ filters: { type: ['container'], label: projects.map((p) => `com.docker.compose.project=${p}`) } }).then(
+  // The engine ANDs label filters, so the projects are picked here rather than by the engine.
+  docker.getEvents({ filters: { type: ['container'] } }).then(
     (s) => {
       if (stopped) return void (s as unknown as { destroy?: () => void }).destroy?.();
       stream = s;
@@ -175,7 +176,7 @@ export function watchProjectEvents(
           try {
             const ev = JSON.parse(line) as { Actor?: { Attributes?: Record<string, string> } };
             const project = ev.Actor?.Attributes?.['com.docker.compose.project'];
-            if (project) onEvent(project);
+            if (project && projects.includes(project)) onEvent(project);
           } catch {
             /* a partial or foreign line */
           }
