@@ -123,12 +123,14 @@ export interface FreshnessNeed {
   notBefore?: Date | null;
   /** How long the reader waits for its refresh to be served. */
   waitMs: number;
+  /** Stale whatever its age (the reader knows the row no longer describes the world). */
+  force?: boolean;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function isStale(row: ObservedRow | null, need: FreshnessNeed): boolean {
-  if (!row || row.observedAt === null || row.ageMs === null) return true;
+  if (!row || row.observedAt === null || row.ageMs === null || need.force) return true;
   if (row.ageMs > need.maxAgeMs) return true;
   return !!need.notBefore && row.observedAt.getTime() < need.notBefore.getTime();
 }

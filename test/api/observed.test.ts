@@ -31,19 +31,20 @@ class FakeObserver {
   private unlisten: (() => Promise<void>) | undefined;
   constructor(
     private readonly t: TestApp,
-    public world: { installer: ObservedData['installer']; platform: ObservedData['platform'] },
+    public world: { installer: ObservedData['installer']; platform: ObservedData['platform']; channel?: ObservedData['channel'] },
     private readonly delayMs = 0,
   ) {}
   async start(): Promise<void> {
     this.unlisten = await this.t.db.database.listen(OBSERVED_CHANNEL, (key) => void this.observe(key as ObservedKey));
   }
   async observe(key: ObservedKey): Promise<void> {
-    if (key !== 'installer' && key !== 'platform') return;
+    if (key !== 'installer' && key !== 'platform' && key !== 'channel') return;
     const db = this.t.db.database.db;
     const begun = await beginObservation(db, key);
     await new Promise((r) => setTimeout(r, this.delayMs));
     const conditions = [{ type: 'EngineReachable' as const, status: 'True' as const, reason: 'EngineAnswered', message: 'the engine answered', observedAt: at() }];
     if (key === 'installer') await writeObserved(db, key, { data: this.world.installer, conditions, ...begun });
+    else if (key === 'channel') await writeObserved(db, key, { data: this.world.channel!, conditions: [], ...begun });
     else await writeObserved(db, key, { data: this.world.platform, conditions, ...begun });
     this.served++;
   }
@@ -159,5 +160,24 @@ describe('the read endpoints answer from observed rows', () => {
     const bad = await t.app.inject({ method: 'POST', url: '/api/deployment/jobs', headers: auth, payload: { action: 'restart', services: ['nope'] } });
     expect(bad.statusCode).toBe(400);
     expect(bad.json().message).toContain('unknown service: nope (the platform has: api, web, queue)');
+  });
+
+  it('GET /api/system/self-update-check: a channel row observed on another build than the running one is read again', async () => {
+    const db = t.db.database.db;
+    const channel = (current: string): ObservedData['channel'] => ({ channel: 'dev', currentDigest: current, remoteDigest: 'sha256:new', composeChanged: current !== 'sha256:new', errors: [] });
+    // Before the update: the old build observed the channel.
+    observer.world.installer = { ...VERSION, digest: 'sha256:old' };
+    observer.world.channel = channel('sha256:old');
+    await age('installer', 120);
+    const before = await get('/api/system/self-update-check');
+    expect(before).toMatchObject({ updateAvailable: true, currentDigest: 'sha256:old', remoteDigest: 'sha256:new', composeChanged: true });
+    // The new build runs; the channel row (young: its bound is minutes) still names the old one.
+    observer.world.installer = { ...VERSION, digest: 'sha256:new' };
+    observer.world.channel = channel('sha256:new');
+    await age('installer', 120);
+    const gen = (await readObserved(db, 'channel'))!.requestedGeneration;
+    const after = await get('/api/system/self-update-check');
+    expect(after).toMatchObject({ updateAvailable: false, currentDigest: 'sha256:new', remoteDigest: 'sha256:new', composeChanged: false });
+    expect((await readObserved(db, 'channel'))!.requestedGeneration).toBe(gen + 1);
   });
 });

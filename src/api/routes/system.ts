@@ -50,7 +50,14 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
     async () => {
       // The channel as the observer last saw it: no engine, registry or compose file is touched
       // here (docs/adr/0023-observed-state.md).
-      const [row, last] = await Promise.all([readFresh(db, 'channel', freshness(settings).channel), lastUpdate(db)]);
+      const bounds = freshness(settings);
+      const [installer, last] = await Promise.all([readFresh(db, 'installer', bounds.fast), lastUpdate(db)]);
+      let row = await readFresh(db, 'channel', bounds.channel);
+      // Observed by a process on another build (before a self-update): the running build and the
+      // compose file it was installed with are not what the row compared; read the channel again.
+      if (row?.data && installer?.data && row.data.currentDigest !== installer.data.digest) {
+        row = await readFresh(db, 'channel', { ...bounds.channel, force: true });
+      }
       const observed = row?.data ?? { currentDigest: null, remoteDigest: null, composeChanged: null, errors: ['the channel has not been observed yet: no observer answered in time'] };
       const { currentDigest, remoteDigest, composeChanged, errors } = observed;
       const warning = failedTargetWarning(last, remoteDigest);
