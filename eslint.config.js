@@ -72,6 +72,20 @@ export default tseslint.config(
     },
   },
   {
+    // One reconciler per kind: they meet in the database, never in each other's code. Each may use
+    // the shared runtime; only controllers/index.ts builds them all.
+    files: ['controllers/*.ts'],
+    ignores: ['controllers/index.ts'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        patterns: [
+          { regex: '^\\./(?!runtime/)', message: 'A reconciler never imports another: they meet in the database (docs/adr/0025-one-reconciler-per-kind.md).' },
+          { group: ['**/api/**'], message: 'Controllers never import the API (architecture.md).' },
+        ],
+      }],
+    },
+  },
+  {
     files: ['src/state/**', 'src/db/**'],
     rules: {
       'no-restricted-imports': ['error', {

@@ -31,8 +31,9 @@ export class CancelJobReconciler {
     await events.append(requestId, 'phase', { phase: 'cancelling', targetJobId: targetId });
     const outcome = await this.cancel(targetId, req.actor);
     if (!outcome) return; // stopping: the next boot closes this request as interrupted
-    await finishUnrun(this.d, requestId, { phase: outcome.phase, state: outcome.phase, detail: outcome.detail });
-    await recordFinished(db, audit.id, { status: outcome.phase, exitCode: null, detail: outcome.detail });
+    await finishUnrun(this.d, requestId, { phase: outcome.phase, state: outcome.phase, detail: outcome.detail }, () =>
+      recordFinished(db, audit.id, { status: outcome.phase, exitCode: null, detail: outcome.detail }),
+    );
   }
 
   private async cancel(targetId: string, by: string): Promise<{ phase: 'completed' | 'failed'; detail: string } | null> {

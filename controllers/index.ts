@@ -6,7 +6,7 @@ import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { DB } from '../src/db/schema.ts';
 import { JOB_KINDS, QUEUED_KINDS } from '../src/contracts/job-kinds.ts';
-import type { JobsPort, RuntimePort } from '../src/contracts/ports.ts';
+import type { RuntimePort } from '../src/contracts/ports.ts';
 import { claimNextJob, JOBS_CHANNEL } from '../src/state/jobs.ts';
 import { SELF_UPDATE_CHANNEL } from '../src/state/self-update.ts';
 import type { JobEventLog } from '../src/state/job-events.ts';
@@ -54,7 +54,7 @@ export interface ControllersDeps {
 /** Which controllers to start: all of them by default. */
 export type ControllerGroup = 'jobs' | 'self-update';
 
-export class Controllers implements JobsPort {
+export class Controllers {
   private readonly abort = new AbortController();
   private readonly running: RunningJobs;
   private readonly composeJob: ComposeJobReconciler;
@@ -152,11 +152,6 @@ export class Controllers implements JobsPort {
     clearInterval(this.sweeper);
     this.abort.abort();
     await Promise.all([this.jobLoop.stop(), this.cancelLoop.stop(), this.updateLoop.stop(), this.outcomeLoop.stop()]);
-  }
-
-  /** What is running here, for diagnostics. */
-  busy(): { running: string[]; queueSize: number } {
-    return { running: this.running.ids(), queueSize: 0 };
   }
 
   /** The outcome's reconciliation, run now if an update's helper is running (tests and the boot). */

@@ -36,6 +36,8 @@ export const settingsSchema = z.object({
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   TZ: z.literal('UTC', { error: 'must be UTC: container log timestamps and audit times are UTC' }).default('UTC'),
 
+  /** What this process runs: the HTTP API, the controllers, or both (docs/adr/0024-api-and-controllers-roles.md). */
+  INSTALLER_ROLE: z.enum(['all', 'api', 'controllers'], { error: 'must be all, api or controllers' }).default('all'),
   DATABASE_URL: z
     .string()
     .refine((u) => /^postgres(ql)?:\/\//.test(u), 'must be a postgres:// URL')
@@ -168,6 +170,9 @@ export function loadSettings(env: NodeJS.ProcessEnv, files: FileReader): Setting
   }
   if (raw.HTTPS_PORT !== undefined && raw.HTTPS_PORT !== 0 && raw.HTTPS_PORT === raw.PORT) {
     throw new ConfigError('HTTPS_PORT', 'must differ from PORT: plain HTTP and HTTPS listen on separate ports');
+  }
+  if (raw.INSTALLER_ROLE !== 'all' && raw.DATABASE_URL === undefined) {
+    throw new ConfigError('INSTALLER_ROLE', 'must be all with the embedded database (no DATABASE_URL): the API and the controllers share it in one process');
   }
   const secrets: Partial<Record<SecretName, string>> = {};
   for (const name of SECRET_SETTINGS) if (raw[name] !== undefined) secrets[name] = raw[name];

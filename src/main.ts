@@ -43,4 +43,4 @@ process.on('SIGINT', () => void shutdown('SIGINT'));
 
 const listeners = await startListeners(app, settings, tls, logger);
 serving.listeners = listeners;
-logger.info({ address: listeners.httpAddress, ...(listeners.httpsAddress ? { httpsAddress: listeners.httpsAddress } : {}) }, 'installer listening');
+logger.info({ role: settings.INSTALLER_ROLE, address: listeners.httpAddress, ...(listeners.httpsAddress ? { httpsAddress: listeners.httpsAddress } : {}) }, settings.INSTALLER_ROLE === 'controllers' ? 'installer controllers running; listening for the healthcheck only' : 'installer listening');

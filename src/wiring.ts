@@ -123,6 +123,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
   const logs = new ContainerLogs(docker, { scrub, warn: (details, message) => logger.warn(details, message) });
   const users = userDirectory(database);
   let closeLocalSocket: (() => Promise<void>) | undefined;
+  let unfollow: (() => Promise<void>) | undefined;
   const deps: AppDeps = {
     users,
     logs,
@@ -134,7 +135,6 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     platform: { project: platform.project, readEnv: platform.readEnv },
     events,
     sealer,
-    jobs: controllers,
     // The graphs never change while the process runs: drawn once here.
     machines: machineCharts(database.db, SPECS.map((s) => ({ id: s.id, title: s.title, description: s.description, version: s.version, graph: flattenChart(s.machine) }))),
     diagnostics: {
@@ -153,8 +153,13 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       const cutoff = new Date(Date.now() - settings.JOB_EVENT_RETENTION_DAYS * 86_400_000);
       const pruned = await pruneJobEvents(database.db, cutoff);
       if (pruned) logger.info({ pruned, olderThan: cutoff.toISOString() }, 'pruned old job events');
-      await controllers.start();
-      await observer.start();
+      // The API's streams hear of events stored by whichever process runs the controllers.
+      if (settings.INSTALLER_ROLE !== 'controllers') unfollow = await events.follow((c, n) => database.listen(c, n));
+      if (settings.INSTALLER_ROLE !== 'api') {
+        await controllers.start();
+        // The observer is a controller: the one writer of observed state (docs/adr/0023-observed-state.md).
+        await observer.start();
+      }
       // The embedded database is this process's alone: the `user` CLI hands its changes over here.
       if (database.kind === 'pglite') {
         const log = logger.child({ component: 'local-socket' });
@@ -179,6 +184,8 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       closeLocalSocket = undefined;
       await observer.stop();
       await controllers.stop();
+      await unfollow?.();
+      unfollow = undefined;
     },
   };
 }

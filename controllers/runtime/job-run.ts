@@ -81,10 +81,6 @@ export class RunningJobs {
     this.charts.delete(jobId);
   }
 
-  ids(): string[] {
-    return [...this.charts.keys()];
-  }
-
   /** Level-based: each running job whose row now asks for a cancel gets CANCEL (the chart ignores repeats). */
   async watch(): Promise<void> {
     for (const [jobId, chart] of this.charts) {
@@ -192,9 +188,12 @@ export async function finishUnrun(
   d: Pick<JobRunDeps, 'db' | 'events'>,
   jobId: string,
   end: { phase: 'completed' | 'failed'; state: string; detail: string; from?: readonly JobPhase[] },
+  /** Written between the status row and the `finished` event (the job's audit row), as for every job. */
+  audit?: () => Promise<unknown>,
 ): Promise<boolean> {
   if (!(await finishJob(d.db, jobId, { phase: end.phase, detail: end.detail, exitCode: null }, end.from))) return false;
   await updateJobStatus(d.db, jobId, { conditions: jobConditions(end) });
+  await audit?.();
   await d.events.open(jobId);
   await d.events.append(jobId, 'finished', { outcome: end.phase, state: end.state, exitCode: null, detail: end.detail });
   return true;

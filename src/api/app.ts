@@ -9,7 +9,7 @@ import { serializerCompiler, validatorCompiler, jsonSchemaTransform } from 'fast
 import type { Logger } from 'pino';
 import type { Settings } from '../config.ts';
 import type { Database } from '../db/database.ts';
-import type { ApiPlatformPort, ContainerLogsPort, DiagnosticsPort, JobsPort, MachinesPort, TlsView } from '../contracts/ports.ts';
+import type { ApiPlatformPort, ContainerLogsPort, DiagnosticsPort, MachinesPort, TlsView } from '../contracts/ports.ts';
 import type { JobEventLog } from '../state/job-events.ts';
 import type { Sealer } from '../state/platform-config.ts';
 import { authPlugin } from './auth.ts';
@@ -42,7 +42,6 @@ export interface AppDeps {
   platform: ApiPlatformPort;
   events: JobEventLog;
   sealer: Sealer;
-  jobs?: JobsPort;
   /** The state charts and their actors' states (GET /api/machines); without it that route answers 503. */
   machines?: MachinesPort;
   /** The built operator UI served at `/` (default: src/ui/dist beside src/api). */
@@ -166,6 +165,16 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   await app.register(fastifySwaggerUi, { routePrefix: '/api/docs' });
 
+  // A controllers-only process (INSTALLER_ROLE=controllers) answers only what its container's
+  // healthcheck asks (docs/adr/0024-api-and-controllers-roles.md).
+  if (deps.settings.INSTALLER_ROLE === 'controllers') {
+    await app.register(async (api) => {
+      api.setValidatorCompiler(validatorCompiler);
+      api.setSerializerCompiler(serializerCompiler);
+      await api.register(healthRoutes);
+    });
+    return app;
+  }
   await app.register(async (api) => {
     api.setValidatorCompiler(validatorCompiler);
     api.setSerializerCompiler(serializerCompiler);

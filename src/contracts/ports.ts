@@ -68,11 +68,6 @@ export interface PlatformPort {
 /** The platform as the API sees it: no engine access, only its project name and .env (docs/adr/0023-observed-state.md). */
 export type ApiPlatformPort = Pick<PlatformPort, 'project' | 'readEnv'>;
 
-/** What the jobs controller is doing right now. */
-export interface JobsPort {
-  busy(): { running: string[]; queueSize: number };
-}
-
 /** One log line of a platform container (docs/adr/0007-container-logs.md). */
 export interface ContainerLogLine {
   /** Container name without the leading slash, e.g. `platform-web-1`. */

@@ -1,8 +1,13 @@
-// Job events: persisted in `deployment_job_events`, kept in memory while a job is recent, and
-// published to live subscribers only once they are durable, so a reader that replays from the
-// database and then follows live never sees an event that could later vanish.
-import type { Kysely } from 'kysely';
+// Job events: persisted in `deployment_job_events` (by the controllers, one writer per job), kept
+// in memory while a job is recent, and announced once durable: with NOTIFY `jobId:seq` in the
+// transaction that stores them (so every process hears of them, and never before the rows are
+// visible), and to this process's own subscribers directly. Readers (the API's streams) read rows
+// after their cursor when woken: a notification carries no event, so none can be lost or repeated.
+import { sql, type Kysely } from 'kysely';
 import type { DB } from '../db/schema.ts';
+
+/** The channel a batch of stored events is announced on; the payload is `jobId:seq` (the highest seq stored) for each job in it, space-separated. */
+export const JOB_EVENTS_CHANNEL = 'job_events';
 
 export interface JobEventRecord {
   jobId: string;
@@ -12,7 +17,8 @@ export interface JobEventRecord {
   at: Date;
 }
 
-export type JobEventListener = (e: JobEventRecord) => void;
+/** Told the highest seq now stored for the job; the listener reads the rows itself. */
+export type JobEventListener = (seq: number) => void;
 
 interface Pending {
   record: JobEventRecord;
@@ -25,7 +31,6 @@ interface JobMemory {
   /** Newest events, ascending by seq; at most `memoryEventsPerJob` of them. */
   recent: JobEventRecord[];
   finishedAt: number | null;
-  listeners: Set<JobEventListener>;
 }
 
 export interface JobEventLogOptions {
@@ -50,6 +55,7 @@ function scrubPayload(payload: Record<string, unknown>, scrub: (s: string) => st
 
 export class JobEventLog {
   private readonly jobs = new Map<string, JobMemory>();
+  private readonly listeners = new Map<string, Set<JobEventListener>>();
   private queue: Pending[] = [];
   private flushing: Promise<void> | null = null;
   private readonly scrub: (s: string) => string;
@@ -73,10 +79,10 @@ export class JobEventLog {
       .select((eb) => eb.fn.max('seq').as('max'))
       .where('job_id', '=', jobId)
       .executeTakeFirst();
-    // Another append, or a subscriber's placeholder, may have created it while we read.
+    // Another append may have created it while we read.
     let m = this.jobs.get(jobId);
     if (!m) {
-      m = { nextSeq: Number.NaN, recent: [], finishedAt: null, listeners: new Set() };
+      m = { nextSeq: Number.NaN, recent: [], finishedAt: null };
       this.jobs.set(jobId, m);
     }
     if (Number.isNaN(m.nextSeq)) m.nextSeq = Number(row?.max ?? 0) + 1;
@@ -105,10 +111,20 @@ export class JobEventLog {
       while (this.queue.length) {
         const batch = this.queue;
         this.queue = [];
+        const newest = new Map<string, number>();
+        for (const { record: r } of batch) newest.set(r.jobId, Math.max(newest.get(r.jobId) ?? 0, r.seq));
         try {
+          // One statement (one round trip): the insert, and the notice Postgres delivers at its
+          // commit, so a process that hears it finds the rows.
+          const notice = [...newest].map(([jobId, seq]) => `${jobId}:${seq}`).join(' ');
           await this.db
-            .insertInto('deployment_job_events')
-            .values(batch.map(({ record: r }) => ({ job_id: r.jobId, seq: r.seq, type: r.type, payload: JSON.stringify(r.payload), at: r.at })))
+            .with('stored', (q) =>
+              q
+                .insertInto('deployment_job_events')
+                .values(batch.map(({ record: r }) => ({ job_id: r.jobId, seq: r.seq, type: r.type, payload: JSON.stringify(r.payload), at: r.at })))
+                .returning('seq'),
+            )
+            .selectNoFrom(sql<string>`pg_notify(${JOB_EVENTS_CHANNEL}, ${notice})`.as('notified'))
             .execute();
         } catch (err) {
           for (const p of batch) p.reject(err);
@@ -118,6 +134,7 @@ export class JobEventLog {
           this.remember(p.record);
           p.resolve(p.record);
         }
+        for (const [jobId, seq] of newest) this.announce(jobId, seq);
       }
     } finally {
       this.flushing = null;
@@ -130,21 +147,37 @@ export class JobEventLog {
     m.recent.push(r);
     if (m.recent.length > this.memoryEventsPerJob) m.recent.splice(0, m.recent.length - this.memoryEventsPerJob);
     if (r.type === 'finished') m.finishedAt = this.now();
-    for (const l of m.listeners) l(r);
   }
 
-  /** Live events of a job from now on. Returns the unsubscribe function. */
+  private announce(jobId: string, seq: number): void {
+    for (const l of this.listeners.get(jobId) ?? []) l(seq);
+  }
+
+  /**
+   * Hears of events that other processes store (NOTIFY on JOB_EVENTS_CHANNEL): what an API process
+   * does so that its streams follow jobs the controllers run elsewhere. Returns the stop function.
+   */
+  async follow(listen: (channel: string, onNotify: (payload: string) => void) => Promise<() => Promise<void>>): Promise<() => Promise<void>> {
+    return listen(JOB_EVENTS_CHANNEL, (payload) => {
+      for (const part of payload.split(' ')) {
+        const m = /^(.+):(\d+)$/.exec(part);
+        if (m) this.announce(m[1]!, Number(m[2]));
+      }
+    });
+  }
+
+  /** Told of each batch of the job's events once stored, here or in another process. Returns the unsubscribe function. */
   subscribe(jobId: string, listener: JobEventListener): () => void {
-    let m = this.jobs.get(jobId);
-    if (!m) {
-      // Not written by this process (yet): listeners wait here until an append creates its memory.
-      m = { nextSeq: Number.NaN, recent: [], finishedAt: null, listeners: new Set() };
-      this.jobs.set(jobId, m);
+    let set = this.listeners.get(jobId);
+    if (!set) {
+      set = new Set();
+      this.listeners.set(jobId, set);
     }
-    m.listeners.add(listener);
-    const mem = m;
+    set.add(listener);
+    const mine = set;
     return () => {
-      mem.listeners.delete(listener);
+      mine.delete(listener);
+      if (mine.size === 0 && this.listeners.get(jobId) === mine) this.listeners.delete(jobId);
     };
   }
 
@@ -155,6 +188,11 @@ export class JobEventLog {
   async read(jobId: string, afterSeq: number, limit = PAGE): Promise<JobEventRecord[]> {
     const m = this.jobs.get(jobId);
     if (m && m.recent.length && m.recent[0]!.seq <= afterSeq + 1) {
+      // Ascending and contiguous: the first event after `afterSeq` is found by arithmetic.
+      // (A batch whose insert failed leaves a gap: then the events are searched for.)
+      const from = afterSeq + 1 - m.recent[0]!.seq;
+      if (m.recent.at(-1)!.seq <= afterSeq) return [];
+      if (m.recent[from]?.seq === afterSeq + 1) return m.recent.slice(from, from + limit);
       return m.recent.filter((e) => e.seq > afterSeq).slice(0, limit);
     }
     const rows = await this.db
@@ -173,7 +211,7 @@ export class JobEventLog {
     let dropped = 0;
     const cutoff = this.now() - this.opts.memoryRetentionMs;
     for (const [id, m] of this.jobs) {
-      if (m.finishedAt !== null && m.finishedAt <= cutoff && m.listeners.size === 0) {
+      if (m.finishedAt !== null && m.finishedAt <= cutoff && !this.listeners.has(id)) {
         this.jobs.delete(id);
         dropped++;
       }

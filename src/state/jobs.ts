@@ -266,3 +266,9 @@ export async function unsettledEndedJobs(db: Conn): Promise<{
     };
   });
 }
+
+/** What the job queue holds now (diagnostics): the running jobs and how many wait, whichever process runs them. */
+export async function queueState(db: Conn): Promise<{ running: string[]; queueSize: number }> {
+  const rows = await db.selectFrom('deployment_job_status').select(['job_id', 'phase']).where('phase', 'in', ['queued', 'running']).execute();
+  return { running: rows.filter((r) => r.phase === 'running').map((r) => r.job_id), queueSize: rows.filter((r) => r.phase === 'queued').length };
+}

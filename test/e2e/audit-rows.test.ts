@@ -16,6 +16,7 @@ import { EngineGate, type Hold } from '../helpers/engine-gate.ts';
 import { startSystemdHost, type SystemdHost } from '../helpers/systemd-host.ts';
 import { ROOT } from '../helpers/process.ts';
 import { createJob } from '../../src/state/jobs.ts';
+import { eventually } from '../helpers/eventually.ts';
 
 /** Compose talks to the engine as `compose/<version>` (or the docker CLI's agent); the backend's own calls do not. */
 const COMPOSE_UA = /compose|Docker-Client/i;
@@ -72,12 +73,10 @@ function expectComposeFailure(finished: Record<string, unknown>): number {
 }
 
 async function waitForPhase(jobId: string, phase: string): Promise<void> {
-  for (let i = 0; i < 600; i++) {
+  await eventually(async () => {
     const rows = await t.db.database.db.selectFrom('deployment_job_events').select('payload').where('job_id', '=', jobId).where('type', '=', 'phase').execute();
-    if (rows.some((r) => (r.payload as { phase?: string }).phase === phase)) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`job ${jobId} never reached phase ${phase}`);
+    return rows.some((r) => (r.payload as { phase?: string }).phase === phase);
+  }, `job ${jobId} to reach phase ${phase}`, 60_000, 100);
 }
 
 async function cancel(jobId: string): Promise<string> {
@@ -241,14 +240,13 @@ describe('the audit row of every job kind', () => {
   it('deploy while preparing keeps the hung guard\'s deadline as a timestamp on the status row', async () => {
     templateMode.mode = 'hold';
     const jobId = await requestJob(t, 'deploy');
-    for (let i = 0; i < 300 && templateMode.waiting.length === 0; i++) await new Promise((r) => setTimeout(r, 100));
+    await eventually(() => templateMode.waiting.length > 0, 'the deploy to ask for its templates', 30_000, 100);
     expect(templateMode.waiting.length).toBeGreaterThan(0);
     const read = () => t.db.database.db.selectFrom('deployment_job_status').select(['hung_deadline', 'snapshot']).where('job_id', '=', jobId).executeTakeFirstOrThrow();
-    let status = await read();
-    for (let i = 0; i < 50 && !status.hung_deadline; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      status = await read();
-    }
+    const status = await eventually(async () => {
+      const s = await read();
+      return s.hung_deadline ? s : null;
+    }, 'the hung deadline on the status row', 5_000, 100);
     expect((status.snapshot as { value: unknown }).value).toEqual({ preparing: 'watching' });
     const ahead = new Date(status.hung_deadline!).getTime() - Date.now();
     expect(ahead).toBeGreaterThan(14 * 60_000);

@@ -19,6 +19,7 @@ import { EngineGate, type Hold } from '../helpers/engine-gate.ts';
 import { CrashTally, holdDatabase, requireCrashPoints, waitForChartState, type DbHold } from '../helpers/crash.ts';
 import { createUser } from '../../src/state/users.ts';
 import { jobMachine } from '../../machines/job.machine.ts';
+import { eventually } from '../helpers/eventually.ts';
 
 const INTERRUPTED = 'interrupted: the backend restarted while the job was running';
 /** Compose talks to the engine as `compose/<version>` (or the docker CLI's agent); the backend's own calls do not. */
@@ -117,12 +118,9 @@ async function jobEvents(jobId: string): Promise<{ seq: number; type: string; pa
 }
 
 async function waitForEvent(jobId: string, pred: (e: { type: string; payload: Record<string, unknown> }) => boolean, timeoutMs = 60_000): Promise<void> {
-  const until = Date.now() + timeoutMs;
-  while (Date.now() < until) {
-    if ((await jobEvents(jobId)).some(pred)) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`job ${jobId}: the awaited event never came; events: ${JSON.stringify(await jobEvents(jobId))}`);
+  await eventually(async () => (await jobEvents(jobId)).some(pred), `job ${jobId}: the awaited event`, timeoutMs, 100).catch(async (err: Error) => {
+    throw new Error(`${err.message}; events: ${JSON.stringify(await jobEvents(jobId))}`);
+  });
 }
 
 async function composeProcesses(): Promise<string> {
@@ -135,13 +133,11 @@ async function composeProcesses(): Promise<string> {
  * no audit row anywhere is `started`, and no compose process of the platform is left.
  */
 async function expectConverged(jobId: string, want: { phase: 'completed' | 'failed'; state: string; detail: string | RegExp | null }): Promise<void> {
-  const until = Date.now() + 20_000;
   let job: { phase: string; detail: string | null } = { phase: 'unknown', detail: null };
-  while (Date.now() < until) {
+  await eventually(async () => {
     job = (await (await fetch(`${base}/api/deployment/jobs/${jobId}`, { headers: h() })).json()) as typeof job;
-    if (job.phase !== 'running' && job.phase !== 'queued') break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
+    return job.phase !== 'running' && job.phase !== 'queued';
+  }, `job ${jobId} to end`, 20_000, 100).catch(() => {}); // a job that never ends fails the phase check below, with its row
   expect(job.phase, JSON.stringify(job)).toBe(want.phase);
   if (want.detail instanceof RegExp) expect(job.detail).toMatch(want.detail);
   else expect(job.detail).toBe(want.detail);
@@ -401,11 +397,11 @@ describe('kill -9 of the backend in every state of the job chart', () => {
     const cancelId = ((await res.json()) as { jobId: string }).jobId;
     await hd.waiting(/update "deployment_actions"/);
     // The cancel request itself ends as soon as the chart has: let it, so the outcome is known.
-    const until = Date.now() + 20_000;
-    while ((await db.database.db.selectFrom('deployment_job_events').select('seq').where('job_id', '=', cancelId).where('type', '=', 'finished').execute()).length === 0) {
-      if (Date.now() > until) throw new Error('the cancel request did not finish');
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await eventually(
+      async () => (await db.database.db.selectFrom('deployment_job_events').select('seq').where('job_id', '=', cancelId).where('type', '=', 'finished').execute()).length > 0,
+      'the cancel request to finish',
+      20_000,
+    );
     await crashAndRestart();
     await expectConverged(id, { phase: 'failed', state: 'cancelled', detail: 'cancelled by ops' });
     await expectConverged(cancelId, { phase: 'completed', state: 'completed', detail: `cancelled job ${id}` });

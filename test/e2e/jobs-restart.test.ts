@@ -11,6 +11,7 @@ import { runEntry, ROOT, type Running } from '../helpers/process.ts';
 import { docker, run } from '../helpers/rig.ts';
 import { parseSse } from '../helpers/sse.ts';
 import { createUser } from '../../src/state/users.ts';
+import { eventually } from '../helpers/eventually.ts';
 
 const project = `stubborn-${randomBytes(3).toString('hex')}`;
 let dir: string;
@@ -53,11 +54,11 @@ describe('backend killed during a job', () => {
     };
     const stopId = await post('stop');
     const upId = await post('compose-up');
-    let status: { running: { jobId: string; hungDeadline: string | null }[]; queued: { jobId: string }[] } = { running: [], queued: [] };
-    for (let i = 0; i < 100 && !(status.running[0]?.hungDeadline); i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      status = (await (await fetch(`${base}/api/deployment/status`, { headers: h() })).json()) as typeof status;
-    }
+    type Status = { running: { jobId: string; hungDeadline: string | null }[]; queued: { jobId: string }[] };
+    const status = await eventually(async () => {
+      const s = (await (await fetch(`${base}/api/deployment/status`, { headers: h() })).json()) as Status;
+      return s.running[0]?.hungDeadline ? s : null;
+    }, 'the first job running with its hung deadline', 10_000, 100);
     // One compose job at a time: the second waits, and the status says so.
     expect(status.running.map((j) => j.jobId)).toEqual([stopId]);
     expect(status.queued.map((j) => j.jobId)).toEqual([upId]);

@@ -11,6 +11,7 @@ import { docker, freePort, REGISTRY, run, startPlatform, type PlatformProject } 
 import { followJob, lines, requestJob, runJob } from '../helpers/jobs.ts';
 import { ROOT } from '../helpers/process.ts';
 import { putSetting } from '../../src/state/settings.ts';
+import { eventually } from '../helpers/eventually.ts';
 
 interface Inspect {
   Id: string;
@@ -252,11 +253,10 @@ describe('cancel and replay', () => {
   it('cancel stops the running compose process; the job ends failed saying who cancelled it', async () => {
     const jobId = await requestJob(s, 'stop');
     // Wait until compose is really running (its phase event is out).
-    for (let i = 0; i < 100; i++) {
+    await eventually(async () => {
       const job = (await s.app.inject({ method: 'GET', url: `/api/deployment/jobs/${jobId}`, headers: { authorization: `Bearer ${await s.token('viewer')}` } })).json();
-      if (job.phase === 'running' && String(job.state).includes('running')) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
+      return job.phase === 'running' && String(job.state).includes('running');
+    }, 'the stop job to run compose', 10_000, 100);
     await new Promise((r) => setTimeout(r, 500));
     const res = await s.app.inject({ method: 'POST', url: `/api/deployment/jobs/${jobId}/cancel`, headers: { authorization: `Bearer ${await s.token('admin')}` } });
     expect(res.statusCode, res.body).toBe(202);

@@ -13,6 +13,7 @@ import { buildInstallerImage, freePort, REGISTRY, run, startPlatform, uniqueName
 import { startSystemdHost, type SystemdHost } from '../helpers/systemd-host.ts';
 import { parseSse } from '../helpers/sse.ts';
 import { createUser } from '../../src/state/users.ts';
+import { eventually } from '../helpers/eventually.ts';
 
 const scriptPath = '/opt/installer-mirror/migrate-host.sh';
 let db: TestDatabase;
@@ -107,7 +108,7 @@ function mirrored(jobId: string): string[] {
 
 async function waitMirrored(jobId: string, count: number): Promise<string[]> {
   // The logger writes asynchronously: the last lines can trail the stream's end by a moment.
-  for (let i = 0; i < 50 && mirrored(jobId).length < count; i++) await new Promise((r) => setTimeout(r, 100));
+  await eventually(() => mirrored(jobId).length >= count, `${count} mirrored lines of job ${jobId}`, 5_000, 100).catch(() => {}); // fewer fail the caller's comparison, which shows them
   return mirrored(jobId);
 }
 

@@ -209,18 +209,4 @@ export async function startSelfUpdateApp(opts: { db?: TestDatabase; engine?: Fak
   return { ...t, engine, runtime };
 }
 
-/** Polls until `fn` returns a truthy value. */
-export async function eventually<T>(fn: () => Promise<T | undefined | null | false>, what: string, timeoutMs = 10_000, everyMs = 50): Promise<T> {
-  const until = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-}
+export { eventually } from './eventually.ts';

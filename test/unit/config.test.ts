@@ -38,6 +38,12 @@ describe('settings', () => {
     expect(fail({ PORT: 'eighty' }).variable).toBe('PORT');
     expect(fail({ TZ: 'Europe/Berlin' }).message).toContain('must be UTC');
     expect(fail({ DATABASE_URL: 'mysql://x' }).variable).toBe('DATABASE_URL');
+    expect(fail({ INSTALLER_ROLE: 'worker', DATABASE_URL: 'postgres://x/y' }).message).toContain('must be all, api or controllers');
+    // The embedded database is one process's: a split role needs Postgres.
+    expect(fail({ INSTALLER_ROLE: 'api' })).toMatchObject({ variable: 'INSTALLER_ROLE' });
+    expect(fail({ INSTALLER_ROLE: 'controllers' }).message).toContain('must be all with the embedded database');
+    expect(loadSettings({ INSTALLER_ROLE: 'api', DATABASE_URL: 'postgres://x/y' }, files({})).INSTALLER_ROLE).toBe('api');
+    expect(loadSettings({}, files({})).INSTALLER_ROLE).toBe('all');
     expect(fail({ MIGRATE_HOST_SCRIPT_PATH: 'relative/path.sh' }).message).toContain('absolute path');
     expect(fail({ SELF_UPDATE_ROLLBACK_TAG: 'bad tag' }).variable).toBe('SELF_UPDATE_ROLLBACK_TAG');
   });

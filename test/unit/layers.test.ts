@@ -11,7 +11,7 @@ const lint = async (file: string, code: string) => {
 
 describe('layer arrows', () => {
   it('routes cannot import adapters, machines, controllers or dockerode', async () => {
-    for (const imp of ['../../adapters/docker-engine.ts', '../../../machines/job.machine.ts', '../../../controllers/jobs.controller.ts', 'dockerode']) {
+    for (const imp of ['../../adapters/docker-engine.ts', '../../../machines/job.machine.ts', '../../../controllers/compose-job.ts', 'dockerode']) {
       const msgs = await lint('src/api/routes/example.ts', `import x from '${imp}';\nexport default x;\n`);
       expect(msgs.length, imp).toBe(1);
     }
@@ -32,8 +32,17 @@ describe('layer arrows', () => {
     expect((await lint('src/contracts/example.ts', `import type { Role } from '../db/schema.ts';\nexport type X = Role;\n`)).length).toBe(1);
     expect((await lint('src/contracts/example.ts', `import { z } from 'zod';\nexport default z;\n`)).length).toBe(1);
     expect(await lint('src/adapters/example.ts', `import type { RuntimePort } from '../contracts/ports.ts';\nexport type X = RuntimePort;\n`)).toEqual([]);
-    for (const imp of ['../api/errors.ts', '../../controllers/jobs.controller.ts', '../../machines/job.machine.ts']) {
+    for (const imp of ['../api/errors.ts', '../../controllers/compose-job.ts', '../../machines/job.machine.ts']) {
       expect((await lint('src/adapters/example.ts', `import x from '${imp}';\nexport default x;\n`)).length, imp).toBe(1);
     }
+  });
+
+  it('a reconciler imports the shared runtime, never another reconciler or the API', async () => {
+    expect(await lint('controllers/example.ts', `import { runChart } from './runtime/run-chart.ts';\nexport default runChart;\n`)).toEqual([]);
+    expect(await lint('controllers/example.ts', `import { getJob } from '../src/state/jobs.ts';\nexport default getJob;\n`)).toEqual([]);
+    expect((await lint('controllers/example.ts', `import { ComposeJobReconciler } from './compose-job.ts';\nexport default ComposeJobReconciler;\n`)).length).toBe(1);
+    expect((await lint('controllers/example.ts', `import { AppError } from '../src/api/errors.ts';\nexport default AppError;\n`)).length).toBe(1);
+    // The composition of all reconcilers is the one place that names them all.
+    expect(await lint('controllers/index.ts', `import { ComposeJobReconciler } from './compose-job.ts';\nexport default ComposeJobReconciler;\n`)).toEqual([]);
   });
 });

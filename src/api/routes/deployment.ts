@@ -155,6 +155,9 @@ function parseSeq(raw: string | undefined, name: string): number | undefined {
   return Number(raw);
 }
 
+/** How often a job stream reads the log without being woken: covers notifications lost while the listener reconnects. */
+const STREAM_POLL_MS = 2_000;
+
 export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
   const { database, events, platform } = app.deps;
   const db = database.db;
@@ -276,11 +279,15 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
       reply.raw.flushHeaders();
       let cursor = Math.max(after ?? 0, lastId ?? 0);
 
-      const live: JobEventRecord[] = [];
+      // Woken when the job's events are stored (here or, through NOTIFY, in the controllers'
+      // process); rows are always read from the log after the cursor, so nothing is skipped or sent
+      // twice. A slow poll covers notifications missed while the listener reconnects.
+      let signalled = false;
       let wake: (() => void) | null = null;
       let closed = false;
-      const unsubscribe = events.subscribe(jobId, (e) => {
-        live.push(e);
+      const unsubscribe = events.subscribe(jobId, (seq) => {
+        if (seq <= cursor) return;
+        signalled = true;
         wake?.();
       });
       reply.sse.onClose(() => {
@@ -295,34 +302,23 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
 
       async function* stream() {
         try {
-          // Replay what is stored, page by page; live events that arrive meanwhile wait in `live`.
-          for (;;) {
+          while (!closed) {
+            signalled = false;
             const page = await events.read(jobId, cursor);
-            if (!page.length) break;
             for (const e of page) {
               cursor = e.seq;
               yield message(e);
               if (e.type === 'finished') return;
             }
-          }
-          while (!closed) {
-            const e = live.shift();
-            if (!e) {
-              await new Promise<void>((r) => (wake = r));
-              wake = null;
-              continue;
-            }
-            if (e.seq <= cursor) continue; // already replayed
-            if (e.seq > cursor + 1) {
-              // Never skip: fetch what lies between from the store.
-              for (const missed of await events.read(jobId, cursor, e.seq - cursor - 1)) {
-                cursor = missed.seq;
-                yield message(missed);
-              }
-            }
-            cursor = e.seq;
-            yield message(e);
-            if (e.type === 'finished') return;
+            if (page.length || signalled || closed) continue;
+            await new Promise<void>((resolve) => {
+              const timer = setTimeout(resolve, STREAM_POLL_MS);
+              wake = () => {
+                clearTimeout(timer);
+                resolve();
+              };
+            });
+            wake = null;
           }
         } finally {
           unsubscribe();

@@ -10,6 +10,7 @@ import { SECRET_SETTINGS, type Settings } from '../../config.ts';
 import { currentMigration } from '../../db/migrate.ts';
 import { databaseUp } from '../../state/health.ts';
 import { recentActions, recentJobs, recentSelfUpdates } from '../../state/observability.ts';
+import { queueState } from '../../state/jobs.ts';
 import type { InstallerMetrics } from '../metrics.ts';
 import { unavailable } from '../../errors.ts';
 import { freshness } from '../observed-reads.ts';
@@ -108,12 +109,13 @@ export const observabilityRoutes = (metrics: InstallerMetrics): FastifyPluginAsy
           if (!row?.data) throw new Error(`not observed yet: no observer answered in time`);
           return { data: row.data, conditions: row.conditions, ...ageOf(row) };
         });
-      const [installerRow, engineRow, platformRow, migration, jobs, actions, updates, envKeys] = await Promise.all([
+      const [installerRow, engineRow, platformRow, migration, jobs, queue, actions, updates, envKeys] = await Promise.all([
         observed('installer'),
         observed('engine'),
         observed('platform'),
         fromDb(() => currentMigration(db)),
         fromDb(() => recentJobs(db, RECENT_JOBS)),
+        fromDb(() => queueState(db)),
         fromDb(() => recentActions(db, RECENT_ACTIONS)),
         fromDb(() => recentSelfUpdates(db, RECENT_UPDATES)),
         // Keys only: platform settings may hold the customer's own secrets.
@@ -134,7 +136,7 @@ export const observabilityRoutes = (metrics: InstallerMetrics): FastifyPluginAsy
         settings: redactedSettings(settings),
         platform: { project: platform.project, envKeys, containers: platformContainers },
         installerContainers,
-        jobs: { running: app.deps.jobs?.busy() ?? null, recent: jobs },
+        jobs: { running: queue, recent: jobs },
         actions,
         selfUpdates: updates,
         logs: port.recentLogLines(),
