@@ -68,6 +68,10 @@ export const settingsSchema = z.object({
   INSTALLER_CONTAINER_NAME: z.string().min(1).default('installer-backend'),
   SELF_UPDATE_PREFLIGHT_TIMEOUT_SECONDS: positiveInt.max(3600, 'must be at most 3600').default(300),
   SELF_UPDATE_WAIT_TIMEOUT_SECONDS: positiveInt.max(3600, 'must be at most 3600').optional(),
+  /** Observed state (docs/adr/0023-observed-state.md): the oldest platform, installer and engine observation a read accepts before it asks for a refresh. */
+  OBSERVED_MAX_AGE_SECONDS: z.coerce.number().int().min(0).max(3600).default(30),
+  /** The oldest observation of the channel (remote digest, compose drift) the self-update check accepts. */
+  OBSERVED_CHANNEL_MAX_AGE_SECONDS: z.coerce.number().int().min(0).max(86400).default(300),
 
   PLATFORM_PROJECT: z.string().regex(/^[a-z0-9][a-z0-9_-]*$/, 'must be a compose project name').default('platform'),
   PLATFORM_DIR: z.string().min(1).optional(),

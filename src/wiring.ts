@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import type { Settings } from './config.ts';
 import type { Database } from './db/database.ts';
 import type { InstallerSecrets } from './adapters/secrets.ts';
-import { connectEngine, EngineRuntime, projectContainers, pruneDanglingImages } from './adapters/docker-engine.ts';
+import { connectEngine, EngineRuntime, projectContainers, pruneDanglingImages, watchProjectEvents } from './adapters/docker-engine.ts';
 import { installerEnvFor, PlatformFiles } from './adapters/platform-files.ts';
 import { HostRunner } from './adapters/host-runner.ts';
 import { ContainerLogs } from './adapters/container-logs/index.ts';
@@ -15,6 +15,8 @@ import { RecentLines, SecretSet } from './logger.ts';
 import { ServiceTokens } from './adapters/secrets.ts';
 import { engineFacts } from './adapters/diagnostics.ts';
 import { Controllers } from '../controllers/index.ts';
+import { Observer } from '../controllers/observer.ts';
+import { resolveChannel } from './config.ts';
 import { DockerSelfUpdateEngine, type SelfUpdateEngine } from './adapters/self-update.ts';
 import { machineCharts } from './state/machine-instances.ts';
 import { flattenChart, SPECS } from '../machines/catalog.ts';
@@ -27,6 +29,10 @@ export interface Wired {
   deps: AppDeps;
   /** Every reconciler of this process (one per kind); `start` starts them all. */
   controllers: Controllers;
+  /** Writes observed state (docs/adr/0023-observed-state.md); started with the controllers. */
+  observer: Observer;
+  /** Registry, compose files and helper of the self-update, as the controllers and the observer use them. */
+  selfUpdateEngine: SelfUpdateEngine;
   events: JobEventLog;
   /** The host migration's runner, as the jobs controller uses it. */
   hostRunner: HostRunner;
@@ -101,6 +107,19 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     containers: () => projectContainers(docker, settings.PLATFORM_PROJECT),
     readEnv: () => platformFiles.readEnv(),
   };
+  const observer = new Observer({
+    db: database.db,
+    listen: (c, n) => database.listen(c, n),
+    logger,
+    runtime,
+    platform,
+    installerProject: settings.INSTALLER_PROJECT,
+    engine: { facts: () => engineFacts(docker), installerContainers: () => projectContainers(docker, settings.INSTALLER_PROJECT) },
+    selfUpdate: selfUpdateEngine,
+    repository: selfUpdateSettings.repository,
+    channelOf: (tag) => resolveChannel(settings, tag),
+    watch: (projects, onEvent, onEnd) => watchProjectEvents(docker, projects, onEvent, onEnd),
+  });
   const logs = new ContainerLogs(docker, { scrub, warn: (details, message) => logger.warn(details, message) });
   const users = userDirectory(database);
   let closeLocalSocket: (() => Promise<void>) | undefined;
@@ -113,16 +132,12 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     logger,
     jwtSecret: secrets.jwtSecret,
     serviceTokens: () => serviceTokens.current(),
-    runtime,
-    platform,
+    platform: { project: platform.project, readEnv: platform.readEnv },
     events,
     sealer,
     // The graphs never change while the process runs: drawn once here.
     machines: machineCharts(database.db, SPECS.map((s) => ({ id: s.id, title: s.title, description: s.description, version: s.version, graph: flattenChart(s.machine) }))),
-    selfUpdate: selfUpdateEngine,
     diagnostics: {
-      engine: () => engineFacts(docker),
-      installerContainers: () => projectContainers(docker, settings.INSTALLER_PROJECT),
       recentLogLines: () => recentLogs.snapshot(),
       scrub,
     },
@@ -130,6 +145,8 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
   return {
     deps,
     controllers,
+    observer,
+    selfUpdateEngine,
     events,
     hostRunner,
     async start() {
@@ -138,7 +155,11 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       if (pruned) logger.info({ pruned, olderThan: cutoff.toISOString() }, 'pruned old job events');
       // The API's streams hear of events stored by whichever process runs the controllers.
       if (settings.INSTALLER_ROLE !== 'controllers') unfollow = await events.follow((c, n) => database.listen(c, n));
-      if (settings.INSTALLER_ROLE !== 'api') await controllers.start();
+      if (settings.INSTALLER_ROLE !== 'api') {
+        await controllers.start();
+        // The observer is a controller: the one writer of observed state (docs/adr/0023-observed-state.md).
+        await observer.start();
+      }
       // The embedded database is this process's alone: the `user` CLI hands its changes over here.
       if (database.kind === 'pglite') {
         const log = logger.child({ component: 'local-socket' });
@@ -161,6 +182,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     async stop() {
       await closeLocalSocket?.();
       closeLocalSocket = undefined;
+      await observer.stop();
       await controllers.stop();
       await unfollow?.();
       unfollow = undefined;

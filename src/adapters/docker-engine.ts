@@ -141,3 +141,57 @@ export async function pruneDanglingImages(docker: Docker): Promise<{ deleted: nu
   const r = await docker.pruneImages({ filters: { dangling: { true: true } } });
   return { deleted: (r.ImagesDeleted ?? []).length, reclaimedBytes: r.SpaceReclaimed ?? 0 };
 }
+
+/**
+ * Follows the engine's event stream for containers of the given compose projects, calling
+ * `onEvent` with the project of each event, until `stop()`; `onEnd` is called once when the
+ * stream ends or cannot be opened (the engine went away), so the caller can reconnect.
+ */
+export function watchProjectEvents(
+  docker: Docker,
+  projects: readonly string[],
+  onEvent: (project: string) => void,
+  onEnd: (err: Error | null) => void,
+): { stop(): void } {
+  let stream: NodeJS.ReadableStream | undefined;
+  let stopped = false;
+  let ended = false;
+  const end = (err: Error | null) => {
+    if (ended || stopped) return;
+    ended = true;
+    onEnd(err);
+  };
+  // The engine ANDs label filters, so the projects are picked here rather than by the engine.
+  docker.getEvents({ filters: { type: ['container'] } }).then(
+    (s) => {
+      if (stopped) return void (s as unknown as { destroy?: () => void }).destroy?.();
+      stream = s;
+      let buf = '';
+      s.on('data', (chunk: Buffer) => {
+        buf += chunk.toString('utf8');
+        let nl: number;
+        while ((nl = buf.indexOf('\n')) >= 0) {
+          const line = buf.slice(0, nl);
+          buf = buf.slice(nl + 1);
+          try {
+            const ev = JSON.parse(line) as { Actor?: { Attributes?: Record<string, string> } };
+            const project = ev.Actor?.Attributes?.['com.docker.compose.project'];
+            if (project && projects.includes(project)) onEvent(project);
+          } catch {
+            /* a partial or foreign line */
+          }
+        }
+      });
+      s.on('error', (err: Error) => end(err));
+      s.on('end', () => end(null));
+      s.on('close', () => end(null));
+    },
+    (err: Error) => end(err),
+  );
+  return {
+    stop() {
+      stopped = true;
+      (stream as unknown as { destroy?: () => void } | undefined)?.destroy?.();
+    },
+  };
+}

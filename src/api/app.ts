@@ -9,7 +9,7 @@ import { serializerCompiler, validatorCompiler, jsonSchemaTransform } from 'fast
 import type { Logger } from 'pino';
 import type { Settings } from '../config.ts';
 import type { Database } from '../db/database.ts';
-import type { ContainerLogsPort, DiagnosticsPort, MachinesPort, PlatformPort, RuntimePort, TlsView } from '../contracts/ports.ts';
+import type { ApiPlatformPort, ContainerLogsPort, DiagnosticsPort, MachinesPort, TlsView } from '../contracts/ports.ts';
 import type { JobEventLog } from '../state/job-events.ts';
 import type { Sealer } from '../state/platform-config.ts';
 import { authPlugin } from './auth.ts';
@@ -30,7 +30,6 @@ import { systemRoutes } from './routes/system.ts';
 import { observabilityRoutes } from './routes/observability.ts';
 import { tlsRoutes } from './routes/tls.ts';
 import { InstallerMetrics, metricsPlugin } from './metrics.ts';
-import type { SelfUpdatePort } from '../contracts/ports.ts';
 
 export interface AppDeps {
   settings: Settings;
@@ -39,8 +38,8 @@ export interface AppDeps {
   jwtSecret: string;
   /** The service tokens accepted now (re-read when their file is replaced). */
   serviceTokens: () => readonly string[];
-  runtime: RuntimePort;
-  platform: PlatformPort;
+  /** The platform's project name and its .env (the engine-side facts come from observed state). */
+  platform: ApiPlatformPort;
   events: JobEventLog;
   sealer: Sealer;
   /** The state charts and their actors' states (GET /api/machines); without it that route answers 503. */
@@ -49,9 +48,7 @@ export interface AppDeps {
   uiDir?: string;
   /** Platform container logs; without it the log routes answer 503. */
   logs?: ContainerLogsPort;
-  /** Registry, compose files and helper of the self-update; without it the check reports an error. */
-  selfUpdate?: SelfUpdatePort;
-  /** Engine facts, recent log lines and the secret scrubber for the diagnostics bundle; without it that route answers 503. */
+  /** Recent log lines and the secret scrubber for the diagnostics bundle; without it that route answers 503. */
   diagnostics?: DiagnosticsPort;
   /** Users' standing for the token check; default: one of this app's own on the database. */
   users?: UserDirectory;

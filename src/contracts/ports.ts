@@ -65,6 +65,9 @@ export interface PlatformPort {
   readEnv(): Promise<{ key: string; value: string }[]>;
 }
 
+/** The platform as the API sees it: no engine access, only its project name and .env (docs/adr/0023-observed-state.md). */
+export type ApiPlatformPort = Pick<PlatformPort, 'project' | 'readEnv'>;
+
 /** One log line of a platform container (docs/adr/0007-container-logs.md). */
 export interface ContainerLogLine {
   /** Container name without the leading slash, e.g. `platform-web-1`. */
@@ -186,12 +189,11 @@ export interface MachinesPort {
   charts(): Promise<ChartView[]>;
 }
 
-/** What the diagnostics bundle reads from outside the database (docs/adr/0013-observability.md). */
+/**
+ * What the diagnostics bundle reads from outside the database (docs/adr/0013-observability.md);
+ * the engine's facts and the installer's containers come from observed state (docs/adr/0023-observed-state.md).
+ */
 export interface DiagnosticsPort {
-  /** Engine and Compose versions and the engine's storage facts; throws when the engine does not answer. */
-  engine(): Promise<Record<string, unknown>>;
-  /** Containers of the installer's own compose project. */
-  installerContainers(): Promise<ContainerView[]>;
   /** The last backend log lines, already scrubbed of secrets. */
   recentLogLines(): string[];
   /** Replaces every secret value the process knows in a text: the last pass over the bundle. */

@@ -163,7 +163,22 @@ export interface ReconcileRunsTable {
   finished_at: Date | null;
 }
 
+/** Observed state: one row per observed thing, written only by the observer (docs/adr/0023-observed-state.md). */
+export interface ObservedStateTable {
+  key: string;
+  data: Json<unknown>;
+  conditions: Json<unknown>;
+  /** When the observation that wrote the row began (database clock); null until the first one. */
+  observed_at: Date | null;
+  /** Bumped by a reader that wants a fresh observation (bigint: a string from pg). */
+  requested_generation: ColumnType<string, string | number | undefined, string | number>;
+  /** The requested generation the last observation served. */
+  observed_generation: ColumnType<string, string | number | undefined, string | number>;
+  refresh_requested_at: Date | null;
+}
+
 export interface DB {
+  observed_state: ObservedStateTable;
   users: UsersTable;
   deployment_actions: DeploymentActionsTable;
   deployment_jobs: DeploymentJobsTable;

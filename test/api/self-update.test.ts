@@ -36,6 +36,8 @@ describe('GET /api/system/self-update-check', () => {
       remoteDigest: 'sha256:new',
       composeChanged: true,
       lastUpdate: { status: null, detail: null, at: null, targetDigest: null },
+      observedAt: expect.any(String),
+      ageMs: expect.any(Number),
     });
     expect(t.engine.calls).toContain('remoteDigest');
   });

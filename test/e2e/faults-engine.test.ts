@@ -50,6 +50,9 @@ beforeAll(async () => {
     PLATFORM_PROJECT: project,
     DOCKER_SOCKET: engine.socket,
     LOG_LEVEL: 'info',
+    // Status reads the observer's platform row; the test reads it right after the engine stops,
+    // so every read asks for an observation that began after it (docs/adr/0023-observed-state.md).
+    OBSERVED_MAX_AGE_SECONDS: '0',
   });
   base = await proc.url;
   token = await login(base, 'admin', 'admin-password-1');

@@ -3,7 +3,7 @@
 // timeouts are minutes long; the adapter bounds the call at REGISTRY_TIMEOUT_MS, so the check
 // answers 200 within that bound with updateAvailable false, remoteDigest null and `error` naming
 // the registry problem (docs/adr/0012-dependency-faults.md). Figures: prefix `faults-registry:`.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -19,23 +19,23 @@ import { REGISTRY_TIMEOUT_MS } from '../../src/adapters/self-update.ts';
 /** The check's own work besides the registry (runtime, compose files, database) fits in this. */
 const MARGIN_MS = 2_000;
 
-let db: TestDatabase | undefined;
+/** One database per backend: observed state is an installer's own, and each backend observes its own registry. */
+const dbs: TestDatabase[] = [];
 const procs: Running[] = [];
 const registries: FakeRegistry[] = [];
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  await createUser(db.database.db, { username: 'viewer', password: 'viewer-password-1', role: 'viewer' });
-});
 afterAll(async () => {
   for (const p of procs) await p.stop('SIGKILL');
   for (const r of registries) await r.close();
-  await db?.drop();
+  for (const d of dbs) await d.drop();
 });
 
 async function backend(registry: string): Promise<string> {
+  const db = await createTestDatabase();
+  dbs.push(db);
+  await createUser(db.database.db, { username: 'viewer', password: 'viewer-password-1', role: 'viewer' });
   const proc = runEntry('src/main.ts', {
-    DATABASE_URL: db!.url,
+    DATABASE_URL: db.url,
     DATA_DIR: mkdtempSync(path.join(tmpdir(), 'faults-registry-data-')),
     PORT: '0',
     HOST: '127.0.0.1',

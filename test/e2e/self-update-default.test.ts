@@ -87,6 +87,8 @@ beforeAll(async () => {
       INSTALLER_PORT: String(port),
       INSTALLER_HTTP_PORT: String(httpPort),
       INSTALLER_WORK_DIR: workDir,
+      // The test publishes builds and reads the check at once: no observation of the channel is old enough.
+      OBSERVED_CHANNEL_MAX_AGE_SECONDS: '0',
     }),
   );
   baseUrl = `http://127.0.0.1:${httpPort}`;
@@ -121,6 +123,8 @@ describe('a default install (deploy/.env.example) updating itself', () => {
       remoteDigest: images.digests.get(BASE),
       composeChanged: false,
       lastUpdate: { status: null, detail: null, at: null, targetDigest: null },
+      observedAt: expect.any(String),
+      ageMs: expect.any(Number),
     });
   });
 

@@ -63,7 +63,7 @@ async function installerOn(registry: string, env: Record<string, string> = {}): 
   writeFileSync(path.join(workDir, 'docker-compose.dev.yml'), shipped);
   return startTestApp({
     runtime: runtimeOn(registry),
-    env: { INSTALLER_REGISTRY: registry, INSTALLER_CHANNEL: 'dev', INSTALLER_WORK_DIR: workDir, INSTALLER_COMPOSE_FILE: 'docker-compose.dev.yml', STAGING_ROOT: path.join(workDir, 'staging'), ...env },
+    env: { OBSERVED_CHANNEL_MAX_AGE_SECONDS: '0', INSTALLER_REGISTRY: registry, INSTALLER_CHANNEL: 'dev', INSTALLER_WORK_DIR: workDir, INSTALLER_COMPOSE_FILE: 'docker-compose.dev.yml', STAGING_ROOT: path.join(workDir, 'staging'), ...env },
     controllers: (wired) => wired.controllers.start(['self-update']),
   });
 }
@@ -155,7 +155,7 @@ describe('without PUBLISHED_COMPOSE_URL the published compose file is the one th
       const first = await check(t);
       expect(first).toMatchObject({ updateAvailable: true, remoteDigest: newest, composeChanged: null });
       expect(first.error).toContain(`published compose file unavailable: the newest build of channel dev (${newest}) is not local yet: it is being pulled`);
-      await (t.wired.deps.selfUpdate as DockerSelfUpdateEngine).prefetchSettled();
+      await (t.wired.selfUpdateEngine as DockerSelfUpdateEngine).prefetchSettled();
       const c = await eventually(async () => {
         const x = await check(t);
         return x.composeChanged !== null ? x : null;

@@ -58,6 +58,8 @@ export interface TestAppOptions {
   logs?: ContainerLogsPort | null;
   /** The logger's level (default `trace`: tests see every line). */
   logLevel?: string;
+  /** Start the observer (the writer of observed state the read endpoints answer from) even without the controllers; default true. */
+  observer?: boolean;
 }
 
 export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
@@ -100,6 +102,7 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
   await app.ready();
   if (typeof opts.controllers === 'function') await opts.controllers(wired);
   else if (opts.controllers) await wired.start();
+  if (opts.controllers !== true && opts.observer !== false) await wired.observer.start();
   const tokens = new Map<Role, string>();
   return {
     app,

@@ -202,7 +202,7 @@ export async function startSelfUpdateApp(opts: { db?: TestDatabase; engine?: Fak
     ...(opts.db ? { db: opts.db } : {}),
     runtime,
     selfUpdateEngine: engine,
-    env: { INSTALLER_REGISTRY: 'registry.test', INSTALLER_CHANNEL: 'dev', INSTALLER_WORK_DIR: '/opt/installer', STAGING_ROOT: '/var/tmp/installer', ...opts.env },
+    env: { OBSERVED_CHANNEL_MAX_AGE_SECONDS: '0', INSTALLER_REGISTRY: 'registry.test', INSTALLER_CHANNEL: 'dev', INSTALLER_WORK_DIR: '/opt/installer', STAGING_ROOT: '/var/tmp/installer', ...opts.env },
     // Only the self-update controller: jobs created by a test stay queued, as the 409 cases need.
     controllers: opts.controllers === false ? false : (wired) => wired.controllers.start(['self-update']),
   });

@@ -4,6 +4,8 @@ import type { FastifyReply } from 'fastify';
 import { Readable } from 'node:stream';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { ageFields, freshness } from '../observed-reads.ts';
+import { ageOf, readFresh } from '../../state/observed.ts';
 import { createJob, getJob, listJobs, requestCancel, type JobView } from '../../state/jobs.ts';
 import { actionExists, AuditTrailPages, listActionsPage, type ActionFilter, type ActionRow } from '../../state/actions.ts';
 import { ACTION_KINDS, ACTION_STATUSES, type ActionKind, type ActionStatus } from '../../contracts/audit.ts';
@@ -166,11 +168,11 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
 
   async function checkServices(services: string[] | undefined): Promise<string[]> {
     if (!services?.length) return [];
-    let known: string[];
-    try {
-      known = await platform.services();
-    } catch (err) {
-      throw unavailable(`cannot read the platform's services: ${(err as Error).message}`);
+    // The service list as the observer last read it from the compose file (refreshed when stale).
+    const row = await readFresh(db, 'platform', freshness(app.deps.settings).fast);
+    const known = row?.data?.services;
+    if (!known) {
+      throw unavailable(`cannot read the platform's services: ${row?.data?.servicesError ?? 'the platform has not been observed yet'}`);
     }
     const unknown = services.filter((s) => !known.includes(s));
     if (unknown.length) {
@@ -422,18 +424,18 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
             running: z.array(jobSchema),
             queued: z.array(jobSchema),
             lastActions: z.record(z.string(), z.object({ status: z.string(), actor: z.string(), at: z.string(), exitCode: z.number().nullable(), detail: z.string().nullable() })),
+            ...ageFields,
           }),
         },
       },
     },
     async () => {
-      let containers: Awaited<ReturnType<typeof platform.containers>> = [];
-      let engineError: string | undefined;
-      try {
-        containers = await platform.containers();
-      } catch (err) {
-        engineError = `the Docker engine did not answer: ${(err as Error).message}`;
-      }
+      // The containers as the observer last saw them; a row observed before the latest job ended is
+      // stale too, so a client that waited for its job then reads the job's result.
+      const lastEnd = await db.selectFrom('deployment_job_status').select((eb) => eb.fn.max('finished_at').as('at')).executeTakeFirst();
+      const row = await readFresh(db, 'platform', { ...freshness(app.deps.settings).fast, notBefore: lastEnd?.at ? new Date(lastEnd.at) : null });
+      const containers = row?.data?.containers ?? [];
+      const engineError = row ? row.data?.engineError : 'the platform has not been observed yet: no observer answered in time';
       const active = await listJobs(db, { limit: 200, phases: ['queued', 'running'] });
       const last = await db
         .selectFrom('deployment_actions')
@@ -452,6 +454,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
         lastActions: Object.fromEntries(
           last.map((a) => [a.kind as ActionKind, { status: a.status, actor: a.actor, at: new Date(a.created_at).toISOString(), exitCode: a.exit_code, detail: a.detail }]),
         ),
+        ...ageOf(row),
       };
     },
   );

@@ -13,6 +13,8 @@ import { recentActions, recentJobs, recentSelfUpdates } from '../../state/observ
 import { queueState } from '../../state/jobs.ts';
 import type { InstallerMetrics } from '../metrics.ts';
 import { unavailable } from '../../errors.ts';
+import { freshness } from '../observed-reads.ts';
+import { ageOf, readFresh } from '../../state/observed.ts';
 
 const RECENT_JOBS = 50;
 const RECENT_ACTIONS = 100;
@@ -67,7 +69,7 @@ async function settle<T>(p: Promise<T>): Promise<T | { error: string }> {
 }
 
 export const observabilityRoutes = (metrics: InstallerMetrics): FastifyPluginAsyncZod => async (app) => {
-  const { database, settings, runtime, platform } = app.deps;
+  const { database, settings, platform } = app.deps;
   const db = database.db;
 
   app.get(
@@ -100,11 +102,17 @@ export const observabilityRoutes = (metrics: InstallerMetrics): FastifyPluginAsy
       const generatedAt = new Date();
       const dbUp = await databaseUp(db);
       const fromDb = <T>(read: () => Promise<T>) => (dbUp ? settle(read()) : Promise.resolve({ error: 'the database is unavailable' }));
-      const [runtimeInfo, engine, platformContainers, installerContainers, migration, jobs, queue, actions, updates, envKeys] = await Promise.all([
-        settle(runtime.version()),
-        settle(port.engine()),
-        settle(platform.containers()),
-        settle(port.installerContainers()),
+      // Engine-side facts as the observer last saw them (docs/adr/0023-observed-state.md), each with its age.
+      const observed = <K extends 'installer' | 'engine' | 'platform'>(key: K) =>
+        fromDb(async () => {
+          const row = await readFresh(db, key, freshness(settings).fast);
+          if (!row?.data) throw new Error(`not observed yet: no observer answered in time`);
+          return { data: row.data, conditions: row.conditions, ...ageOf(row) };
+        });
+      const [installerRow, engineRow, platformRow, migration, jobs, queue, actions, updates, envKeys] = await Promise.all([
+        observed('installer'),
+        observed('engine'),
+        observed('platform'),
         fromDb(() => currentMigration(db)),
         fromDb(() => recentJobs(db, RECENT_JOBS)),
         fromDb(() => queueState(db)),
@@ -113,6 +121,12 @@ export const observabilityRoutes = (metrics: InstallerMetrics): FastifyPluginAsy
         // Keys only: platform settings may hold the customer's own secrets.
         settle(platform.readEnv().then((entries) => entries.map((e) => e.key))),
       ]);
+      const part = <T>(r: { data: T; conditions: unknown; observedAt: string | null; ageMs: number | null } | { error: string }, pick: (d: T) => unknown) =>
+        'error' in r ? r : { ...(pick(r.data) as object), observedAt: r.observedAt, ageMs: r.ageMs, conditions: r.conditions };
+      const runtimeInfo = part(installerRow, (d) => d);
+      const engine = part(engineRow, (d) => (d.facts ?? { error: d.error ?? 'the engine did not answer' }));
+      const platformContainers = 'error' in platformRow ? platformRow : platformRow.data.engineError ? { error: platformRow.data.engineError } : platformRow.data.containers;
+      const installerContainers = 'error' in engineRow ? engineRow : engineRow.data.installerContainersError ? { error: engineRow.data.installerContainersError } : engineRow.data.installerContainers;
       const bundle = {
         bundle: { format: 1, generatedAt: generatedAt.toISOString(), generatedBy: req.actor().id },
         installer: { version: PACKAGE_VERSION, node: process.version, pid: process.pid, uptimeSeconds: Math.round(process.uptime()), rssBytes: process.memoryUsage().rss },

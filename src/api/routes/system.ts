@@ -4,7 +4,8 @@
 // how preflight ended (docs/adr/0010-self-update.md).
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { resolveChannel } from '../../config.ts';
+import { ageFields, freshness } from '../observed-reads.ts';
+import { ageOf, readFresh } from '../../state/observed.ts';
 import { failedTargetWarning, getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, updateSelfUpdate, type SelfUpdateView } from '../../state/self-update.ts';
 import { AppError, badRequest, conflict, unavailable } from '../../errors.ts';
 
@@ -23,6 +24,7 @@ const checkSchema = z.object({
   error: z.string().optional(),
   warning: z.string().optional().describe('present when the remote digest is the build the last update tried and did not keep (it rolled back)'),
   lastUpdate: lastUpdateSchema,
+  ...ageFields,
 });
 
 const startSchema = z.object({ started: z.boolean(), targetDigest: z.string(), message: z.string() });
@@ -33,9 +35,8 @@ const POLL_MS = 100;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
-  const { database, runtime, settings } = app.deps;
+  const { database, settings } = app.deps;
   const db = database.db;
-  const repository = `${settings.INSTALLER_REGISTRY}/${settings.INSTALLER_IMAGE_NAME}`;
 
   app.get(
     '/api/system/self-update-check',
@@ -47,37 +48,18 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async () => {
-      const port = app.deps.selfUpdate;
-      const errors: string[] = [];
-      const version = await runtime.version().catch((err: Error) => ({
-        inContainer: false, image: null, tag: null, digest: null, imageId: null, containerId: null, note: `the engine did not answer: ${err.message}`,
-      }));
-      const currentDigest = version.digest;
-      if (!currentDigest) errors.push(`current digest unknown: ${version.note ?? 'the running image has no registry digest'}`);
-      const channel = resolveChannel(settings, version.tag);
-
-      const remote = (async (): Promise<string | null> => {
-        if (!port) return (errors.push('self-update is not available in this process'), null);
-        if (!channel) return (errors.push(`the channel is unknown: INSTALLER_CHANNEL is not set and the running tag (${version.tag ?? 'none'}) has no channel prefix`), null);
-        try {
-          return await port.remoteDigest(`${repository}:${channel}-latest`, currentDigest);
-        } catch (err) {
-          const missing = (err as { code?: string }).code === 'registry-not-found';
-          errors.push(`${missing ? 'not in the registry' : 'registry unreachable'}: ${(err as Error).message}`);
-          return null;
-        }
-      })();
-      const compose = (async (): Promise<boolean | null> => {
-        if (!port) return null;
-        // Without PUBLISHED_COMPOSE_URL the published file is the one the newest image ships.
-        const published = remote.then((digest) => port.publishedComposeFile(channel, digest));
-        const [local, fetched] = await Promise.allSettled([port.localComposeFile(), published]);
-        if (local.status === 'rejected') errors.push(`local compose file unreadable: ${(local.reason as Error).message}`);
-        if (fetched.status === 'rejected') errors.push(`published compose file unavailable: ${(fetched.reason as Error).message}`);
-        if (local.status === 'rejected' || fetched.status === 'rejected') return null;
-        return local.value !== fetched.value;
-      })();
-      const [remoteDigest, composeChanged, last] = await Promise.all([remote, compose, lastUpdate(db)]);
+      // The channel as the observer last saw it: no engine, registry or compose file is touched
+      // here (docs/adr/0023-observed-state.md).
+      const bounds = freshness(settings);
+      const [installer, last] = await Promise.all([readFresh(db, 'installer', bounds.fast), lastUpdate(db)]);
+      let row = await readFresh(db, 'channel', bounds.channel);
+      // Observed by a process on another build (before a self-update): the running build and the
+      // compose file it was installed with are not what the row compared; read the channel again.
+      if (row?.data && installer?.data && row.data.currentDigest !== installer.data.digest) {
+        row = await readFresh(db, 'channel', { ...bounds.channel, force: true });
+      }
+      const observed = row?.data ?? { currentDigest: null, remoteDigest: null, composeChanged: null, errors: ['the channel has not been observed yet: no observer answered in time'] };
+      const { currentDigest, remoteDigest, composeChanged, errors } = observed;
       const warning = failedTargetWarning(last, remoteDigest);
       return {
         updateAvailable: currentDigest !== null && remoteDigest !== null && currentDigest !== remoteDigest,
@@ -87,6 +69,7 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
         ...(errors.length ? { error: errors.join('; ') } : {}),
         ...(warning ? { warning } : {}),
         lastUpdate: last,
+        ...ageOf(row),
       };
     },
   );

@@ -1,5 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { ageFields, freshness } from '../observed-reads.ts';
+import { ageOf, readFresh } from '../../state/observed.ts';
 
 export const versionSchema = z.object({
   inContainer: z.boolean(),
@@ -11,10 +13,16 @@ export const versionSchema = z.object({
   note: z.string().optional(),
 });
 
+const versionAnswer = versionSchema.extend(ageFields);
+
 export const versionRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/version',
-    { schema: { tags: ['system'], summary: 'Running image reference and digest', response: { 200: versionSchema } } },
-    async () => app.deps.runtime.version(),
+    { schema: { tags: ['system'], summary: 'Running image reference and digest, as the observer last saw them', response: { 200: versionAnswer } } },
+    async () => {
+      const row = await readFresh(app.deps.database.db, 'installer', freshness(app.deps.settings).fast);
+      const info = row?.data ?? { inContainer: false, image: null, tag: null, digest: null, imageId: null, containerId: null, note: 'the installer has not been observed yet: no observer answered in time' };
+      return { ...info, ...ageOf(row) };
+    },
   );
 };

@@ -1,0 +1,56 @@
+// Read latency of the endpoints the UI calls on every load, on the real rig: the installer image
+// built from this checkout, running as its own compose stack on the engine, with its channel
+// published in the local registry (as the self-update tests run it):
+// - p50/p99 of GET /api/system/self-update-check, GET /api/version and GET /api/deployment/status,
+//   each called sequentially by one client (BENCH_READS_CALLS calls each, default 100, after 5
+//   warm-up calls), so a figure is the time of one call, not of a queue.
+import type { Bench, Figure } from './run.ts';
+import { ensureRig } from '../test/helpers/rig.ts';
+import { Images, startInstaller, type InstallerUnderTest } from '../test/helpers/self-update-rig.ts';
+
+const CALLS = Number(process.env.BENCH_READS_CALLS ?? 100);
+const WARMUP = 5;
+const ENDPOINTS = ['/api/system/self-update-check', '/api/version', '/api/deployment/status'];
+
+const quantile = (xs: number[], q: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil(q * s.length) - 1)]!;
+};
+
+async function timeCalls(i: InstallerUnderTest, p: string): Promise<number[]> {
+  const times: number[] = [];
+  for (let k = 0; k < WARMUP + CALLS; k++) {
+    const t = performance.now();
+    const res = await fetch(`${i.stack.baseUrl}${p}`, { headers: { authorization: `Bearer ${i.token}` }, signal: AbortSignal.timeout(60_000) });
+    await res.arrayBuffer();
+    const ms = performance.now() - t;
+    if (res.status !== 200) throw new Error(`${p} answered ${res.status}`);
+    if (k >= WARMUP) times.push(ms);
+  }
+  return times;
+}
+
+const bench: Bench = async (log) => {
+  await ensureRig();
+  const images = new Images();
+  let i: InstallerUnderTest | undefined;
+  try {
+    log('building the installer image and publishing it as the channel');
+    await images.buildBase('bench-reads');
+    await images.publish('bench-reads');
+    i = await startInstaller(images, 'bench-reads');
+    log(`${CALLS} sequential calls per endpoint after ${WARMUP} warm-up calls, one client, admin token`);
+    const figures: Figure[] = [];
+    for (const p of ENDPOINTS) {
+      const times = await timeCalls(i, p);
+      figures.push({ name: `GET ${p} p50`, value: quantile(times, 0.5), unit: 'ms' });
+      figures.push({ name: `GET ${p} p99`, value: quantile(times, 0.99), unit: 'ms' });
+    }
+    return figures;
+  } finally {
+    await i?.down();
+    await images.cleanup();
+  }
+};
+
+export default bench;

@@ -1,0 +1,287 @@
+// The observer: the one reconciler that writes observed state (docs/adr/0023-observed-state.md).
+// Level-based: `reconcile(key)` re-reads the world for one key and writes its row, whatever it saw
+// before. It runs on start, on the engine's event stream for the platform's and the installer's
+// compose projects (debounced), at a bounded interval (fast keys every `fastMs`, the channel every
+// `slowMs`), and on refresh requests (NOTIFY on OBSERVED_CHANNEL, and a poll of unserved requests
+// in case a notification was missed). A failed read is recorded, not thrown: the row's conditions
+// say the engine or the registry did not answer, and the next event, tick or request tries again.
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import type { DB } from '../src/db/schema.ts';
+import type { ContainerView, RuntimePort, SelfUpdatePort, VersionInfo } from '../src/contracts/ports.ts';
+import {
+  beginObservation,
+  OBSERVED_CHANNEL,
+  pendingRefreshes,
+  writeObserved,
+  type ObservedCondition,
+  type ObservedData,
+  type ObservedKey,
+} from '../src/state/observed.ts';
+import type { Listen } from './runtime/claim-loop.ts';
+
+export interface ObserverDeps {
+  db: Kysely<DB>;
+  listen: Listen;
+  logger: Logger;
+  runtime: RuntimePort;
+  platform: { project: string; containers(): Promise<ContainerView[]>; services(): Promise<string[]> };
+  installerProject: string;
+  engine: { facts(): Promise<Record<string, unknown>>; installerContainers(): Promise<ContainerView[]> };
+  /** Registry and compose files of the self-update; without it the channel row says so. */
+  selfUpdate?: SelfUpdatePort | undefined;
+  /** `<registry>/<image name>` of the installer. */
+  repository: string;
+  /** The channel of a running tag (INSTALLER_CHANNEL, else the tag's prefix). */
+  channelOf(tag: string | null): string | null;
+  /** Follows engine events of the given compose projects; absent: intervals and requests only. */
+  watch?: (projects: readonly string[], onEvent: (project: string) => void, onEnd: (err: Error | null) => void) => { stop(): void };
+  fastMs?: number;
+  slowMs?: number;
+  debounceMs?: number;
+  pollMs?: number;
+}
+
+const FAST_KEYS: readonly ObservedKey[] = ['platform', 'installer', 'engine'];
+const RECONNECT_MS = 2_000;
+
+const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
+
+export class Observer {
+  private readonly log: Logger;
+  private readonly timers = new Set<NodeJS.Timeout>();
+  private readonly running = new Map<ObservedKey, Promise<void>>();
+  private readonly again = new Set<ObservedKey>();
+  private readonly debounced = new Map<ObservedKey, NodeJS.Timeout>();
+  private unlisten: (() => Promise<void>) | undefined;
+  private watcher: { stop(): void } | undefined;
+  private stopped = true;
+
+  constructor(private readonly deps: ObserverDeps) {
+    this.log = deps.logger.child({ component: 'observer' });
+  }
+
+  async start(): Promise<void> {
+    if (!this.stopped) return;
+    this.stopped = false;
+    this.unlisten = await this.deps.listen(OBSERVED_CHANNEL, (payload) => this.kick(payload as ObservedKey));
+    this.every(this.deps.fastMs ?? 30_000, () => FAST_KEYS.forEach((k) => this.kick(k)));
+    this.every(this.deps.slowMs ?? 300_000, () => this.kick('channel'));
+    this.every(this.deps.pollMs ?? 2_000, () => void this.servePending());
+    this.follow();
+    // The channel (registry, compose files) is read on the first request or tick, not at boot:
+    // a backend that nobody asks does not pull or create anything right away.
+    for (const k of FAST_KEYS) this.kick(k);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const t of this.timers) clearInterval(t);
+    this.timers.clear();
+    for (const t of this.debounced.values()) clearTimeout(t);
+    this.debounced.clear();
+    this.watcher?.stop();
+    this.watcher = undefined;
+    await this.unlisten?.();
+    this.unlisten = undefined;
+    await Promise.allSettled([...this.running.values()]);
+  }
+
+  /** Reconciles `key` now, or once more after the run in progress (a request never waits for a stale run). */
+  kick(key: ObservedKey): void {
+    if (this.stopped) return;
+    if (key === 'registry') key = 'channel';
+    if (!['platform', 'installer', 'channel', 'engine'].includes(key)) return;
+    if (this.running.has(key)) {
+      this.again.add(key);
+      return;
+    }
+    const run = this.reconcile(key)
+      .catch((err: unknown) => this.log.error({ err, key }, 'observation failed'))
+      .finally(() => {
+        this.running.delete(key);
+        if (this.again.delete(key)) this.kick(key);
+      });
+    this.running.set(key, run);
+  }
+
+  /** Re-reads the world for `key` and writes its row (the channel's run writes the registry's too). */
+  async reconcile(key: ObservedKey): Promise<void> {
+    const { db } = this.deps;
+    switch (key) {
+      case 'platform': {
+        const begun = await beginObservation(db, key);
+        const [containers, services] = await Promise.allSettled([this.deps.platform.containers(), this.deps.platform.services()]);
+        const at = begun.startedAt.toISOString();
+        const data: ObservedData['platform'] = {
+          project: this.deps.platform.project,
+          containers: containers.status === 'fulfilled' ? containers.value : [],
+          ...(containers.status === 'rejected' ? { engineError: `the Docker engine did not answer: ${message(containers.reason)}` } : {}),
+          services: services.status === 'fulfilled' ? services.value : null,
+          ...(services.status === 'rejected' ? { servicesError: message(services.reason) } : {}),
+        };
+        const conditions: ObservedCondition[] = [
+          engineCondition(containers.status === 'fulfilled' ? null : containers.reason, at),
+          services.status === 'fulfilled'
+            ? { type: 'ServicesKnown', status: 'True', reason: 'ComposeConfigRead', message: `${services.value.length} services`, observedAt: at }
+            : { type: 'ServicesKnown', status: 'False', reason: 'ComposeConfigFailed', message: message(services.reason), observedAt: at },
+        ];
+        await writeObserved(db, key, { data, conditions, ...begun });
+        return;
+      }
+      case 'installer': {
+        const begun = await beginObservation(db, key);
+        const at = begun.startedAt.toISOString();
+        let data: VersionInfo;
+        let failure: unknown = null;
+        try {
+          data = await this.deps.runtime.version();
+        } catch (err) {
+          failure = err;
+          data = { inContainer: false, image: null, tag: null, digest: null, imageId: null, containerId: null, note: `the engine did not answer: ${message(err)}` };
+        }
+        await writeObserved(db, key, { data, conditions: [engineCondition(failure, at)], ...begun });
+        return;
+      }
+      case 'engine': {
+        const begun = await beginObservation(db, key);
+        const at = begun.startedAt.toISOString();
+        const [facts, containers] = await Promise.allSettled([this.deps.engine.facts(), this.deps.engine.installerContainers()]);
+        const data: ObservedData['engine'] = {
+          reachable: facts.status === 'fulfilled',
+          facts: facts.status === 'fulfilled' ? facts.value : null,
+          ...(facts.status === 'rejected' ? { error: message(facts.reason) } : {}),
+          installerContainers: containers.status === 'fulfilled' ? containers.value : [],
+          ...(containers.status === 'rejected' ? { installerContainersError: message(containers.reason) } : {}),
+        };
+        await writeObserved(db, key, { data, conditions: [engineCondition(facts.status === 'fulfilled' ? null : facts.reason, at)], ...begun });
+        return;
+      }
+      case 'channel':
+      case 'registry':
+        await this.observeChannel();
+        return;
+    }
+  }
+
+  private async observeChannel(): Promise<void> {
+    const { db } = this.deps;
+    const [begun, begunRegistry] = await Promise.all([beginObservation(db, 'channel'), beginObservation(db, 'registry')]);
+    const at = begun.startedAt.toISOString();
+    const port = this.deps.selfUpdate;
+    const errors: string[] = [];
+    const version = await this.deps.runtime.version().catch((err: unknown) => ({
+      inContainer: false, image: null, tag: null, digest: null, imageId: null, containerId: null, note: `the engine did not answer: ${message(err)}`,
+    }));
+    const currentDigest = version.digest;
+    if (!currentDigest) errors.push(`current digest unknown: ${version.note ?? 'the running image has no registry digest'}`);
+    const channel = this.deps.channelOf(version.tag);
+    let registryFailure: { missing: boolean; message: string } | null = null;
+    const remote = (async (): Promise<string | null> => {
+      if (!port) return (errors.push('self-update is not available in this process'), null);
+      if (!channel) return (errors.push(`the channel is unknown: INSTALLER_CHANNEL is not set and the running tag (${version.tag ?? 'none'}) has no channel prefix`), null);
+      try {
+        return await port.remoteDigest(`${this.deps.repository}:${channel}-latest`, currentDigest);
+      } catch (err) {
+        const missing = (err as { code?: string }).code === 'registry-not-found';
+        registryFailure = { missing, message: message(err) };
+        errors.push(`${missing ? 'not in the registry' : 'registry unreachable'}: ${message(err)}`);
+        return null;
+      }
+    })();
+    const compose = (async (): Promise<boolean | null> => {
+      if (!port) return null;
+      // Without PUBLISHED_COMPOSE_URL the published file is the one the newest image ships.
+      const published = remote.then((digest) => port.publishedComposeFile(channel, digest));
+      const [local, fetched] = await Promise.allSettled([port.localComposeFile(), published]);
+      if (local.status === 'rejected') errors.push(`local compose file unreadable: ${message(local.reason)}`);
+      if (fetched.status === 'rejected') errors.push(`published compose file unavailable: ${message(fetched.reason)}`);
+      if (local.status === 'rejected' || fetched.status === 'rejected') return null;
+      return local.value !== fetched.value;
+    })();
+    const [remoteDigest, composeChanged] = await Promise.all([remote, compose]);
+    const updateAvailable = currentDigest !== null && remoteDigest !== null && currentDigest !== remoteDigest;
+    const failure = registryFailure as { missing: boolean; message: string } | null;
+    const registryCondition: ObservedCondition = failure
+      ? { type: 'RegistryReachable', status: failure.missing ? 'True' : 'False', reason: failure.missing ? 'NotFound' : 'Unreachable', message: failure.message, observedAt: at }
+      : remoteDigest !== null
+        ? { type: 'RegistryReachable', status: 'True', reason: 'DigestResolved', message: `${channel}-latest is ${remoteDigest}`, observedAt: at }
+        : { type: 'RegistryReachable', status: 'Unknown', reason: 'NotAsked', message: errors.join('; '), observedAt: at };
+    const conditions: ObservedCondition[] = [
+      registryCondition,
+      {
+        type: 'UpdateAvailable',
+        status: remoteDigest === null || currentDigest === null ? 'Unknown' : updateAvailable ? 'True' : 'False',
+        reason: remoteDigest === null || currentDigest === null ? 'DigestUnknown' : updateAvailable ? 'NewerDigest' : 'Newest',
+        message: `current ${currentDigest ?? 'unknown'}, ${channel ?? '?'}-latest ${remoteDigest ?? 'unknown'}`,
+        observedAt: at,
+      },
+      {
+        type: 'ComposeDrift',
+        status: composeChanged === null ? 'Unknown' : composeChanged ? 'True' : 'False',
+        reason: composeChanged === null ? 'Unreadable' : composeChanged ? 'Differs' : 'Same',
+        message: composeChanged === null ? errors.filter((e) => e.includes('compose')).join('; ') : composeChanged ? 'the published compose file differs from the local one' : 'the local compose file is the published one',
+        observedAt: at,
+      },
+    ];
+    await writeObserved(db, 'channel', { data: { channel, currentDigest, remoteDigest, composeChanged, errors }, conditions, ...begun });
+    const registry: ObservedData['registry'] = failure
+      ? { reachable: failure.missing, error: failure.message }
+      : { reachable: remoteDigest !== null ? true : null };
+    await writeObserved(db, 'registry', { data: registry, conditions: [{ ...registryCondition, observedAt: begunRegistry.startedAt.toISOString() }], ...begunRegistry });
+  }
+
+  private every(ms: number, fn: () => void): void {
+    const t = setInterval(fn, ms);
+    t.unref();
+    this.timers.add(t);
+  }
+
+  private async servePending(): Promise<void> {
+    try {
+      for (const k of await pendingRefreshes(this.deps.db)) this.kick(k);
+    } catch (err) {
+      this.log.warn({ err }, 'could not read pending observation requests');
+    }
+  }
+
+  private debounce(key: ObservedKey): void {
+    if (this.debounced.has(key) || this.stopped) return;
+    const t = setTimeout(() => {
+      this.debounced.delete(key);
+      this.kick(key);
+    }, this.deps.debounceMs ?? 250);
+    t.unref();
+    this.debounced.set(key, t);
+  }
+
+  /** Follows the engine's events; reconnects after the stream ends (the engine restarted or went away). */
+  private follow(): void {
+    const watch = this.deps.watch;
+    if (!watch || this.stopped) return;
+    this.watcher = watch(
+      [this.deps.platform.project, this.deps.installerProject],
+      (project) => this.debounce(project === this.deps.platform.project ? 'platform' : 'engine'),
+      (err) => {
+        this.watcher = undefined;
+        if (this.stopped) return;
+        this.log.debug({ err }, 'engine event stream ended; reconnecting');
+        for (const k of FAST_KEYS) this.kick(k);
+        const t = setTimeout(() => {
+          this.timers.delete(t);
+          // Back on: what changed while the stream was down is read again.
+          this.follow();
+          for (const k of FAST_KEYS) this.debounce(k);
+        }, RECONNECT_MS);
+        t.unref();
+        this.timers.add(t);
+      },
+    );
+  }
+}
+
+function engineCondition(failure: unknown, at: string): ObservedCondition {
+  return failure
+    ? { type: 'EngineReachable', status: 'False', reason: 'EngineUnreachable', message: message(failure), observedAt: at }
+    : { type: 'EngineReachable', status: 'True', reason: 'EngineAnswered', message: 'the engine answered', observedAt: at };
+}

@@ -1,0 +1,164 @@
+// Observed state (docs/adr/0023-observed-state.md): one row per observed thing, written only by the
+// observer controller, read by the API. A reader that finds a row too old asks for a refresh by
+// bumping the row's `requested_generation` (and NOTIFY on OBSERVED_CHANNEL); the observer reads the
+// world again and writes `observed_generation` = the generation it saw when it began, so a reader
+// knows its request was served once `observed_generation` reaches the value it wrote.
+import { sql, type Kysely } from 'kysely';
+import type { DB } from '../db/schema.ts';
+import type { ContainerView, VersionInfo } from '../contracts/ports.ts';
+
+export const OBSERVED_CHANNEL = 'observed_refresh';
+
+export const OBSERVED_KEYS = ['platform', 'installer', 'channel', 'engine', 'registry'] as const;
+export type ObservedKey = (typeof OBSERVED_KEYS)[number];
+
+/** Kubernetes-style condition of an observed row. */
+export interface ObservedCondition {
+  type: 'EngineReachable' | 'RegistryReachable' | 'UpdateAvailable' | 'ComposeDrift' | 'ServicesKnown';
+  status: 'True' | 'False' | 'Unknown';
+  reason: string;
+  message: string;
+  observedAt: string;
+}
+
+/** What each key's `data` holds. Never a secret value. */
+export interface ObservedData {
+  /** The platform's containers (engine) and its service list (compose file). */
+  platform: { project: string; containers: ContainerView[]; engineError?: string; services: string[] | null; servicesError?: string };
+  /** The installer's own image and container. */
+  installer: VersionInfo;
+  /** The channel's newest build and whether the published compose file differs from the local one. */
+  channel: { channel: string | null; currentDigest: string | null; remoteDigest: string | null; composeChanged: boolean | null; errors: string[] };
+  /** The engine's reachability and facts (diagnostics), and the installer project's containers. */
+  engine: { reachable: boolean; facts: Record<string, unknown> | null; error?: string; installerContainers: ContainerView[]; installerContainersError?: string };
+  /** The registry's reachability (as the channel's digest lookup found it). */
+  registry: { reachable: boolean | null; error?: string };
+}
+
+export interface ObservedRow<K extends ObservedKey = ObservedKey> {
+  key: K;
+  data: ObservedData[K] | null;
+  conditions: ObservedCondition[];
+  observedAt: Date | null;
+  requestedGeneration: number;
+  observedGeneration: number;
+  /** Age of the observation in milliseconds (database clock); null when never observed. */
+  ageMs: number | null;
+}
+
+export async function readObserved<K extends ObservedKey>(db: Kysely<DB>, key: K): Promise<ObservedRow<K> | null> {
+  const row = await db
+    .selectFrom('observed_state')
+    .select(['key', 'data', 'conditions', 'observed_at', 'requested_generation', 'observed_generation', sql<number | null>`(extract(epoch from now() - observed_at) * 1000)::float8`.as('age_ms')])
+    .where('key', '=', key)
+    .executeTakeFirst();
+  if (!row) return null;
+  return {
+    key,
+    data: row.observed_at ? (row.data as ObservedData[K]) : null,
+    conditions: (row.conditions as ObservedCondition[]) ?? [],
+    observedAt: row.observed_at,
+    requestedGeneration: Number(row.requested_generation),
+    observedGeneration: Number(row.observed_generation),
+    ageMs: row.age_ms === null ? null : Math.max(0, Number(row.age_ms)),
+  };
+}
+
+/** Asks the observer to read `key` again; returns the generation to wait for. */
+export async function requestRefresh(db: Kysely<DB>, key: ObservedKey): Promise<number> {
+  const row = await db
+    .insertInto('observed_state')
+    .values({ key, requested_generation: 1, refresh_requested_at: sql<Date>`now()` })
+    .onConflict((oc) =>
+      oc.column('key').doUpdateSet({ requested_generation: sql`observed_state.requested_generation + 1`, refresh_requested_at: sql<Date>`now()` }),
+    )
+    .returning('requested_generation')
+    .executeTakeFirstOrThrow();
+  await sql`select pg_notify(${OBSERVED_CHANNEL}, ${key})`.execute(db);
+  return Number(row.requested_generation);
+}
+
+/**
+ * Called by the observer before it reads the world for `key`: the generation it will serve and the
+ * database time the observation begins (so a row is never dated after what it saw).
+ */
+export async function beginObservation(db: Kysely<DB>, key: ObservedKey): Promise<{ generation: number; startedAt: Date }> {
+  const row = await db
+    .insertInto('observed_state')
+    .values({ key })
+    .onConflict((oc) => oc.column('key').doUpdateSet({ key: sql`excluded.key` }))
+    .returning(['requested_generation', sql<Date>`now()`.as('now')])
+    .executeTakeFirstOrThrow();
+  return { generation: Number(row.requested_generation), startedAt: row.now };
+}
+
+/** Written by the observer only: the row of `key` as observed from `startedAt`, serving `generation`. */
+export async function writeObserved<K extends ObservedKey>(
+  db: Kysely<DB>,
+  key: K,
+  obs: { data: ObservedData[K]; conditions: ObservedCondition[]; startedAt: Date; generation: number },
+): Promise<void> {
+  await db
+    .updateTable('observed_state')
+    .set({
+      data: JSON.stringify(obs.data),
+      conditions: JSON.stringify(obs.conditions),
+      observed_at: obs.startedAt,
+      observed_generation: sql`greatest(observed_generation, ${obs.generation})`,
+    })
+    .where('key', '=', key)
+    .execute();
+}
+
+/** Keys whose refresh was requested and not yet served (the observer's catch-up after a missed NOTIFY). */
+export async function pendingRefreshes(db: Kysely<DB>): Promise<ObservedKey[]> {
+  const rows = await db.selectFrom('observed_state').select('key').whereRef('requested_generation', '>', 'observed_generation').execute();
+  return rows.map((r) => r.key as ObservedKey);
+}
+
+export interface FreshnessNeed {
+  /** The oldest observation the reader accepts, in milliseconds. */
+  maxAgeMs: number;
+  /** Also stale when observed before this instant (e.g. the end of the latest job). */
+  notBefore?: Date | null;
+  /** How long the reader waits for its refresh to be served. */
+  waitMs: number;
+  /** Stale whatever its age (the reader knows the row no longer describes the world). */
+  force?: boolean;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function isStale(row: ObservedRow | null, need: FreshnessNeed): boolean {
+  if (!row || row.observedAt === null || row.ageMs === null || need.force) return true;
+  if (row.ageMs > need.maxAgeMs) return true;
+  return !!need.notBefore && row.observedAt.getTime() < need.notBefore.getTime();
+}
+
+/**
+ * The row of `key`, refreshed first when it is stale: writes a refresh request and waits, bounded,
+ * for the observer to serve it. Answers with what is there (possibly stale, possibly null) when the
+ * wait runs out: the caller reports the row's age.
+ */
+export async function readFresh<K extends ObservedKey>(db: Kysely<DB>, key: K, need: FreshnessNeed): Promise<ObservedRow<K> | null> {
+  const row = await readObserved(db, key);
+  if (!isStale(row, need)) return row;
+  const wanted = await requestRefresh(db, key);
+  const neverObserved = !row || row.observedAt === null;
+  const deadline = Date.now() + need.waitMs;
+  let delay = 10;
+  for (;;) {
+    const now = await readObserved(db, key);
+    if (now && now.observedGeneration >= wanted) return now;
+    // Nothing was known: the first observation serves, if it is not older than what the reader needs.
+    if (neverObserved && now?.observedAt && !(need.notBefore && now.observedAt.getTime() < need.notBefore.getTime())) return now;
+    if (Date.now() >= deadline) return now;
+    await sleep(Math.min(delay, Math.max(1, deadline - Date.now())));
+    delay = Math.min(delay * 2, 100);
+  }
+}
+
+/** The age fields every observed-state answer carries. */
+export function ageOf(row: ObservedRow | null): { observedAt: string | null; ageMs: number | null } {
+  return { observedAt: row?.observedAt ? row.observedAt.toISOString() : null, ageMs: row?.ageMs === null || row?.ageMs === undefined ? null : Math.round(row.ageMs) };
+}

@@ -1,0 +1,103 @@
+// The observer against the real engine (docs/adr/0023-observed-state.md): it records a change of
+// the platform's containers from the engine's event stream, long before its interval would, and the
+// self-update check answers from its row: N calls create no compose-reader container, where the
+// observation behind them created one.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/app.ts';
+import { docker, startPlatform, type PlatformProject } from '../helpers/rig.ts';
+import { ROOT } from '../helpers/process.ts';
+import { readObserved } from '../../src/state/observed.ts';
+import type { RuntimePort } from '../../src/contracts/ports.ts';
+
+const CALLS = 20;
+const headers = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy' };
+let p: PlatformProject;
+let t: TestApp;
+
+/** compose-reader containers the engine created between two instants (epoch seconds). */
+async function readersCreated(since: string, until: string): Promise<number> {
+  const out = await docker(['events', '--since', since, '--until', until, '--filter', 'type=container', '--filter', 'event=create', '--filter', 'label=io.installer.role=compose-reader', '--format', '{{.ID}}']);
+  return out.split('\n').filter(Boolean).length;
+}
+const epoch = () => (Date.now() / 1000).toFixed(3);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+beforeAll(async () => {
+  p = await startPlatform();
+  // The installer "runs in a container" of the platform's own image, so that its local compose file
+  // is read as in production: through a created container of that image with the work dir mounted.
+  const [first] = await p.containers();
+  const imageId = (JSON.parse(await docker(['inspect', first!.id]))[0] as { Image: string }).Image;
+  const workDir = mkdtempSync(path.join(tmpdir(), 'observer-work-'));
+  writeFileSync(path.join(workDir, 'docker-compose.dev.yml'), readFileSync(path.join(ROOT, 'deploy/docker-compose.dev.yml'), 'utf8'));
+  const runtime: RuntimePort = {
+    version: async () => ({ inContainer: true, image: '127.0.0.1:5999/installer:dev-1', tag: 'dev-1', digest: 'sha256:running', imageId, containerId: null }),
+  };
+  t = await startTestApp({
+    runtime,
+    // Every controller, the observer with them, as the server starts them; the intervals stay the defaults.
+    controllers: true,
+    env: {
+      PLATFORM_DIR: p.dir,
+      PLATFORM_PROJECT: p.project,
+      INSTALLER_REGISTRY: '127.0.0.1:5999',
+      INSTALLER_CHANNEL: 'dev',
+      INSTALLER_WORK_DIR: workDir,
+      INSTALLER_COMPOSE_FILE: 'docker-compose.dev.yml',
+      STAGING_ROOT: path.join(workDir, 'staging'),
+    },
+  });
+}, 300_000);
+afterAll(async () => {
+  await t?.close();
+  await p?.remove();
+});
+
+describe('the observer on the real engine', () => {
+  it('records the platform containers, and a change of them from the engine events within seconds', async () => {
+    const db = t.db.database.db;
+    await expect.poll(async () => (await readObserved(db, 'platform'))?.data?.containers.length ?? 0, { timeout: 20_000 }).toBe((await p.containers()).length);
+    const row = (await readObserved(db, 'platform'))!;
+    expect(row.conditions.find((c) => c.type === 'EngineReachable')).toMatchObject({ status: 'True' });
+    expect(row.data!.services).toEqual(expect.arrayContaining((await p.containers()).map((c) => c.service)));
+    const target = (await p.containers())[0]!;
+    const started = Date.now();
+    await docker(['stop', '-t', '1', target.id]);
+    // The interval is 30 s: within 10 s, only the event stream can have told the observer.
+    await expect
+      .poll(async () => (await readObserved(db, 'platform'))?.data?.containers.find((c) => c.name === target.name)?.state, { timeout: 10_000, interval: 100 })
+      .toBe('exited');
+    console.log(`observer: container stop seen in the platform row after ${Date.now() - started} ms`);
+    const status = await t.app.inject({ method: 'GET', url: '/api/deployment/status', headers });
+    expect(status.statusCode).toBe(200);
+    expect(status.json().containers.find((c: { name: string }) => c.name === target.name).state).toBe('exited');
+    await docker(['start', target.id]);
+  });
+
+  it(`self-update-check: ${CALLS} calls create no compose-reader container`, async () => {
+    const check = async () => {
+      const res = await t.app.inject({ method: 'GET', url: '/api/system/self-update-check', headers });
+      expect(res.statusCode, res.body).toBe(200);
+      return res.json() as { composeChanged: boolean | null; error?: string; observedAt: string | null; ageMs: number | null };
+    };
+    // The first call finds no observation of the channel and waits for one: that one reads the file.
+    const before = epoch();
+    const first = await check();
+    await sleep(1_000);
+    const afterFirst = epoch();
+    expect(first.observedAt).not.toBeNull();
+    expect(first.error ?? '').not.toContain('local compose file unreadable');
+    expect(await readersCreated(before, afterFirst)).toBe(1);
+
+    for (let i = 0; i < CALLS; i++) {
+      const c = await check();
+      expect(c.observedAt).toBe(first.observedAt);
+      expect(c.ageMs).toBeGreaterThanOrEqual(0);
+    }
+    await sleep(1_000);
+    expect(await readersCreated(afterFirst, epoch())).toBe(0);
+  });
+});
