@@ -46,7 +46,7 @@ export async function migrateToLatest(db: Kysely<any>, dir = MIGRATIONS_DIR): Pr
     }
     return { applied: [], current: await currentMigration(db), ahead };
   }
-  const migrator = new Migrator({ db, provider: new DirectoryProvider(dir), migrationTableName: MIGRATION_TABLE, allowUnorderedMigrations: true });
+  const migrator = new Migrator({ db, provider: new DirectoryProvider(dir), migrationTableName: MIGRATION_TABLE });
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
     const failed = results?.find((r) => r.status === 'Error');
