@@ -86,6 +86,21 @@ export default tseslint.config(
     },
   },
   {
+    // Test helpers by tier: shared (processes, databases, waiting), sim (charts on a simulated
+    // clock), api (the app in process), e2e (the real engine, registry, systemd, Chromium). A tier
+    // uses its own helpers and those below it, so a faster tier never starts what a slower one needs.
+    files: ['test/helpers/shared/**'],
+    rules: { 'no-restricted-imports': ['error', { patterns: [{ regex: '^\\.\\./(sim|api|e2e)/', message: 'Shared test helpers use no tier above them.' }] }] },
+  },
+  {
+    files: ['test/helpers/sim/**', 'test/sim/**', 'test/unit/**'],
+    rules: { 'no-restricted-imports': ['error', { patterns: [{ regex: '(^\\.\\./|helpers/)(api|e2e)/', message: 'Simulations and unit tests use only shared and sim helpers.' }] }] },
+  },
+  {
+    files: ['test/helpers/api/**', 'test/api/**'],
+    rules: { 'no-restricted-imports': ['error', { patterns: [{ regex: '(^\\.\\./|helpers/)e2e/', message: 'API-tier tests and helpers never use the e2e helpers (the real engine and rig).' }] }] },
+  },
+  {
     files: ['src/state/**', 'src/db/**'],
     rules: {
       'no-restricted-imports': ['error', {

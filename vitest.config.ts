@@ -17,10 +17,10 @@ export default defineConfig({
           fileParallelism: false,
           testTimeout: 600_000,
           hookTimeout: 900_000,
-          globalSetup: ['test/helpers/rig-global-setup.ts'],
+          globalSetup: ['test/helpers/e2e/rig-global-setup.ts'],
         },
       },
     ],
-    reporters: ['default', './test/helpers/summary-reporter.ts'],
+    reporters: ['default', './test/helpers/shared/summary-reporter.ts'],
   },
 });

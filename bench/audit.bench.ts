@@ -9,7 +9,7 @@
 import { sql } from 'kysely';
 import { performance } from 'node:perf_hooks';
 import type { Bench, Figure } from './run.ts';
-import { startTestApp } from '../test/helpers/app.ts';
+import { startTestApp } from '../test/helpers/api/app.ts';
 import { listActionsPage } from '../src/state/actions.ts';
 
 const ROWS = Number(process.env.BENCH_AUDIT_ROWS ?? 200_000);

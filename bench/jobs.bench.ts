@@ -4,7 +4,7 @@
 // - 100 concurrent clients on one job: every client must see every event exactly once.
 import { performance } from 'node:perf_hooks';
 import type { Bench, Figure } from './run.ts';
-import { startTestApp } from '../test/helpers/app.ts';
+import { startTestApp } from '../test/helpers/api/app.ts';
 import { createJob } from '../src/state/jobs.ts';
 
 const now = () => performance.timeOrigin + performance.now();

@@ -27,8 +27,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Bench, Figure } from './run.ts';
-import { NODE, ROOT } from '../test/helpers/process.ts';
-import { createTestDatabase, type TestDatabase } from '../test/helpers/db.ts';
+import { NODE, ROOT } from '../test/helpers/shared/process.ts';
+import { createTestDatabase, type TestDatabase } from '../test/helpers/shared/db.ts';
 import { createUser } from '../src/state/users.ts';
 import { ACTION_KINDS } from '../src/db/schema.ts';
 

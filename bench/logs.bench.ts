@@ -9,10 +9,10 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Bench, Figure } from './run.ts';
-import { createTestDatabase } from '../test/helpers/db.ts';
-import { runEntry } from '../test/helpers/process.ts';
-import { docker, run, uniqueName } from '../test/helpers/rig.ts';
-import { firstAdminToken } from '../test/helpers/first-admin.ts';
+import { createTestDatabase } from '../test/helpers/shared/db.ts';
+import { runEntry } from '../test/helpers/shared/process.ts';
+import { docker, run, uniqueName } from '../test/helpers/e2e/rig.ts';
+import { firstAdminToken } from '../test/helpers/e2e/first-admin.ts';
 
 const IMAGE = 'installer-rig/busybox:latest';
 const MB = 1024 * 1024;

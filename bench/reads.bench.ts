@@ -5,8 +5,8 @@
 //   each called sequentially by one client (BENCH_READS_CALLS calls each, default 100, after 5
 //   warm-up calls), so a figure is the time of one call, not of a queue.
 import type { Bench, Figure } from './run.ts';
-import { ensureRig } from '../test/helpers/rig.ts';
-import { Images, startInstaller, type InstallerUnderTest } from '../test/helpers/self-update-rig.ts';
+import { ensureRig } from '../test/helpers/e2e/rig.ts';
+import { Images, startInstaller, type InstallerUnderTest } from '../test/helpers/e2e/self-update-rig.ts';
 
 const CALLS = Number(process.env.BENCH_READS_CALLS ?? 100);
 const WARMUP = 5;

@@ -3,8 +3,8 @@
 // - the helper's total time (container start to exit) of those updates;
 // - from the switch to a crashing build to the rollback being healthy (helper timestamps).
 import type { Bench, Figure } from './run.ts';
-import { ensureRig, run } from '../test/helpers/rig.ts';
-import { helperExit, Images, startInstaller, type InstallerUnderTest } from '../test/helpers/self-update-rig.ts';
+import { ensureRig, run } from '../test/helpers/e2e/rig.ts';
+import { helperExit, Images, startInstaller, type InstallerUnderTest } from '../test/helpers/e2e/self-update-rig.ts';
 
 const RUNS = 5;
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;

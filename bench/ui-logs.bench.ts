@@ -6,9 +6,9 @@
 // a garbage collection.
 import { performance } from 'node:perf_hooks';
 import type { Bench, Figure } from './run.ts';
-import { startTestApp } from '../test/helpers/app.ts';
-import { PushedLogs, stamp } from '../test/helpers/fake-logs.ts';
-import { ensureUiBuilt, launchChromium, newPage, useToken } from '../test/helpers/ui.ts';
+import { startTestApp } from '../test/helpers/api/app.ts';
+import { PushedLogs, stamp } from '../test/helpers/e2e/fake-logs.ts';
+import { ensureUiBuilt, launchChromium, newPage, useToken } from '../test/helpers/e2e/ui.ts';
 import type { ContainerLogLine } from '../src/contracts/ports.ts';
 
 const TOTAL = 100_000;

@@ -1,7 +1,7 @@
 // The one access line per request, at the level its outcome earns (docs/adr/0015-access-log-levels.md),
 // on the real app and a real Postgres database.
 import { afterEach, describe, expect, it } from 'vitest';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 
 interface Line {
   level: string;

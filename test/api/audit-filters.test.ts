@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import http from 'node:http';
 import { sql } from 'kysely';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { auditTrailChanged, recordStarted } from '../../src/state/actions.ts';
 
 let t: TestApp;

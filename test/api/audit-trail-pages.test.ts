@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { AuditTrailPages, auditTrailChanged, recordFinished, recordStarted, type ActionRow } from '../../src/state/actions.ts';
 import type { DB } from '../../src/db/schema.ts';
 

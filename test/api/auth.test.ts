@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createSigner } from 'fast-jwt';
-import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/app.ts';
+import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
 
 let t: TestApp;
 beforeAll(async () => {

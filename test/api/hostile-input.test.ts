@@ -19,11 +19,11 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { z } from 'zod';
-import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/app.ts';
+import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
 import {
   badCount, badIso, badSeq, closeAgent, defOf, encode, guarded, hostileString, inside, installIoGuard, isConstrained, isStrict, maxLength,
   objectShape, sample, send, SHELL, TRAVERSAL, unknownName, unwrap, wrongTypes, type IoGuard, type RawResponse,
-} from '../helpers/hostile.ts';
+} from '../helpers/api/hostile.ts';
 import { buildApp, type RouteEntry } from '../../src/api/app.ts';
 import { parseInstant, TAIL_MAX } from '../../src/api/routes/logs.ts';
 import { ACTIONS_LIMIT } from '../../src/api/routes/deployment.ts';

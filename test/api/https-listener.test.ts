@@ -7,9 +7,9 @@ import { existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from '
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { generate } from 'selfsigned';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-import { runEntry, type Running } from '../helpers/process.ts';
-import { defaultHttps, pinnedHttps, plainHttp } from '../helpers/https.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
+import { runEntry, type Running } from '../helpers/shared/process.ts';
+import { defaultHttps, pinnedHttps, plainHttp } from '../helpers/shared/https.ts';
 import { createUser } from '../../src/state/users.ts';
 
 const SECRETS = {

@@ -7,12 +7,12 @@ import { sql } from 'kysely';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { openDatabase, type Database } from '../../src/db/database.ts';
 import { migrateToLatest } from '../../src/db/migrate.ts';
 import { createJob } from '../../src/state/jobs.ts';
 import { JobEventLog, JOB_EVENTS_CHANNEL } from '../../src/state/job-events.ts';
-import { eventually } from '../helpers/eventually.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 
 async function exchange(writerDb: Database, readerDb: Database): Promise<void> {
   const jobId = await createJob(writerDb.db, { kind: 'restart', params: { services: ['web'] }, actor: { id: 'ops' } });

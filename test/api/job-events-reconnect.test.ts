@@ -3,11 +3,11 @@
 // and nothing is read twice; no stream waits for its slow poll.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { openDatabase, type Database } from '../../src/db/database.ts';
 import { createJob } from '../../src/state/jobs.ts';
 import { JobEventLog } from '../../src/state/job-events.ts';
-import { eventually } from '../helpers/eventually.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 
 let db: TestDatabase;
 let apiSide: Database;

@@ -1,7 +1,7 @@
 // Job event retention: in memory for 60 minutes after a job ends, then served from the database;
 // rows older than 30 days are pruned when the backend starts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { JobEventLog } from '../../src/state/job-events.ts';
 import { createJob } from '../../src/state/jobs.ts';
 

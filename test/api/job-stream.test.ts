@@ -2,7 +2,7 @@
 // disconnects at random points and reconnects with Last-Event-ID. Nothing lost, nothing twice.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EventSource } from 'eventsource';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { createJob } from '../../src/state/jobs.ts';
 
 let t: TestApp;

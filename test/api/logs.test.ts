@@ -3,8 +3,8 @@
 // The same routes on the real engine: test/e2e/logs.test.ts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connect } from 'node:net';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { parseSse } from '../helpers/sse.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
+import { parseSse } from '../helpers/shared/sse.ts';
 import { parseInstant, TAIL_DEFAULT, TAIL_MAX } from '../../src/api/routes/logs.ts';
 import type { ContainerLogLine, ContainerLogsPort, LogFeed, LogSelection, PlatformContainer } from '../../src/contracts/ports.ts';
 

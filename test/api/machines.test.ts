@@ -1,13 +1,13 @@
 // GET /api/machines: each state chart's graph (toDirectedGraph, flattened) and the state its
 // recent actors are in, read from the status rows.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { createJob, updateJobStatus } from '../../src/state/jobs.ts';
 import { eventLabel, flattenChart } from '../../machines/catalog.ts';
 import { activeIds, valueText } from '../../src/contracts/charts.ts';
 import { jobMachine } from '../../machines/job.machine.ts';
 import { listReconcileRuns } from '../../src/state/reconcile-runs.ts';
-import { eventually } from '../helpers/self-update.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 
 let t: TestApp;
 beforeAll(async () => {

@@ -1,7 +1,7 @@
 // The host migration API's rules: admin only, JSON only, a POSIX VM user, and the two
 // preconditions with the spec's exact messages.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 
 let t: TestApp;
 let withUrl: TestApp;

@@ -1,11 +1,11 @@
 // /metrics and the diagnostics bundle on the real app and a real Postgres database.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/app.ts';
+import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { requestSelfUpdate, updateSelfUpdate } from '../../src/state/self-update.ts';
 import { redactedSettings } from '../../src/api/routes/observability.ts';
 import { loadSettings } from '../../src/config.ts';
-import { eventually } from '../helpers/self-update.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 
 let t: TestApp;
 beforeAll(async () => {

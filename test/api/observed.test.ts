@@ -4,7 +4,7 @@
 // the channel, begin, write), so every step of stale → request → served → answer is visible.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import {
   beginObservation,

@@ -3,8 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, readFileSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-import { runEntry } from '../helpers/process.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
+import { runEntry } from '../helpers/shared/process.ts';
 import { createUser } from '../../src/state/users.ts';
 
 const SECRETS = {

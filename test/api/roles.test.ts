@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { mkdtempSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { runEntry } from '../helpers/process.ts';
+import { runEntry } from '../helpers/shared/process.ts';
 
 describe('INSTALLER_ROLE with the embedded database', () => {
   it('refuses api and controllers with exit 78, and opens no database', async () => {

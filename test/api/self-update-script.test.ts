@@ -6,7 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { ROOT } from '../helpers/process.ts';
+import { ROOT } from '../helpers/shared/process.ts';
 import { parseHelperLog } from '../../src/adapters/self-update.ts';
 
 const SCRIPT = path.join(ROOT, 'scripts/self-update.sh');

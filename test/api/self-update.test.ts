@@ -4,9 +4,10 @@
 // calls, and the outcome reconciled on boot.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import { eventually, FakeEngine, FakeRuntime, LATEST_MIGRATION, REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/self-update.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-import { TEST_SECRETS } from '../helpers/app.ts';
+import { FakeEngine, FakeRuntime, LATEST_MIGRATION, REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
+import { TEST_SECRETS } from '../helpers/api/app.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { currentMigration } from '../../src/db/migrate.ts';
 import { getSelfUpdate, listSelfUpdates } from '../../src/state/self-update.ts';

@@ -5,8 +5,8 @@ import { mkdtempSync, renameSync, writeFileSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-import { runEntry, type Running } from '../helpers/process.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
+import { runEntry, type Running } from '../helpers/shared/process.ts';
 
 const token = (name: string) => `${name}-${randomBytes(24).toString('base64url')}`;
 

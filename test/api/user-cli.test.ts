@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-import { runEntry } from '../helpers/process.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
+import { runEntry } from '../helpers/shared/process.ts';
 import { verifyCredentials } from '../../src/state/users.ts';
 
 let db: TestDatabase;

@@ -6,8 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, readFileSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { runEntry, type Running } from '../helpers/process.ts';
-import { startTestApp, PASSWORDS, TEST_SECRETS, type TestApp } from '../helpers/app.ts';
+import { runEntry, type Running } from '../helpers/shared/process.ts';
+import { startTestApp, PASSWORDS, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
 
 const json = { 'content-type': 'application/json' };
 const post = (url: string, body: unknown, headers: Record<string, string> = {}, method = 'POST') =>

@@ -3,7 +3,7 @@
 // request, the last admin stays, bad input is refused naming the rule, sign-in is throttled per
 // user name across addresses, and changes are logged with the acting user (never a password).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestApp, PASSWORDS, TEST_SECRETS, type TestApp } from '../helpers/app.ts';
+import { startTestApp, PASSWORDS, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
 
 let t: TestApp;
 beforeAll(async () => {

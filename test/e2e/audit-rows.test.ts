@@ -1,6 +1,6 @@
 // The audit row of every job kind, success and failure, on the real engine: kind, status, exit
 // code, actor and detail. A failure comes from the real component: the engine answers compose's
-// request with an error (through the engine gate, test/helpers/engine-gate.ts), the template
+// request with an error (through the engine gate, test/helpers/e2e/engine-gate.ts), the template
 // server answers 404, the host's Docker service is stopped. The exit code recorded is the one of
 // the step that failed; a job that ends without a process ending (cancelled, failed preparation)
 // records null, never the 0 of an earlier step. One platform project serves the whole file.
@@ -9,14 +9,14 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:f
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { buildInstallerImage, docker, REGISTRY, run, startPlatform, uniqueName, type PlatformProject } from '../helpers/rig.ts';
-import { followJob, requestJob, runJob } from '../helpers/jobs.ts';
-import { EngineGate, type Hold } from '../helpers/engine-gate.ts';
-import { startSystemdHost, type SystemdHost } from '../helpers/systemd-host.ts';
-import { ROOT } from '../helpers/process.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
+import { buildInstallerImage, docker, REGISTRY, run, startPlatform, uniqueName, type PlatformProject } from '../helpers/e2e/rig.ts';
+import { followJob, requestJob, runJob } from '../helpers/e2e/jobs.ts';
+import { EngineGate, type Hold } from '../helpers/e2e/engine-gate.ts';
+import { startSystemdHost, type SystemdHost } from '../helpers/e2e/systemd-host.ts';
+import { ROOT } from '../helpers/shared/process.ts';
 import { createJob } from '../../src/state/jobs.ts';
-import { eventually } from '../helpers/eventually.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 
 /** Compose talks to the engine as `compose/<version>` (or the docker CLI's agent); the backend's own calls do not. */
 const COMPOSE_UA = /compose|Docker-Client/i;

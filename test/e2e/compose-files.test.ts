@@ -1,8 +1,8 @@
 // The installer's own compose files, as `docker compose config` reads them.
 import { describe, expect, it } from 'vitest';
 import path from 'node:path';
-import { ROOT } from '../helpers/process.ts';
-import { run } from '../helpers/rig.ts';
+import { ROOT } from '../helpers/shared/process.ts';
+import { run } from '../helpers/e2e/rig.ts';
 
 const config = (file: string, env: Record<string, string>) =>
   run('docker', ['compose', '-f', path.join(ROOT, 'deploy', file), 'config', '--format', 'json'], { env: { DATABASE_PASSWORD: '', VERSION: '', INSTALLER_REGISTRY: '', ...env }, cwd: '/' });

@@ -3,8 +3,8 @@
 // process. test/e2e/container-secrets.test.ts and zombies.test.ts show the same on running containers.
 import { describe, expect, it } from 'vitest';
 import path from 'node:path';
-import { ROOT } from '../helpers/process.ts';
-import { run } from '../helpers/rig.ts';
+import { ROOT } from '../helpers/shared/process.ts';
+import { run } from '../helpers/e2e/rig.ts';
 
 const PASSWORD = 'compose-secrets-test-password-5d1e';
 

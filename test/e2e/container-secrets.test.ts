@@ -6,9 +6,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { docker } from '../helpers/rig.ts';
-import { helperExit, Images, startInstaller, type InstallerUnderTest } from '../helpers/self-update-rig.ts';
-import { FIXED_CONTAINERS } from '../helpers/stack.ts';
+import { docker } from '../helpers/e2e/rig.ts';
+import { helperExit, Images, startInstaller, type InstallerUnderTest } from '../helpers/e2e/self-update-rig.ts';
+import { FIXED_CONTAINERS } from '../helpers/e2e/stack.ts';
 
 const images = new Images();
 let i: InstallerUnderTest;

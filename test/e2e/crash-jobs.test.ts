@@ -1,7 +1,7 @@
 // Crash injection for the job chart: the backend (a host process on the real engine, compose CLI
 // and Postgres) is driven into every state of the job chart, and into the moments just after a
 // final state is reached while its outcome is being stored, then killed with SIGKILL and started
-// again. The state is held from outside: the engine gate (test/helpers/engine-gate.ts) holds the
+// again. The state is held from outside: the engine gate (test/helpers/e2e/engine-gate.ts) holds the
 // compose or engine request of the step, a slow template server holds a deploy's preparation, and
 // a lock taken by another database session holds the backend's next write. After each restart the
 // job must be in the right final state with a clear detail, its events contiguous from 1 and
@@ -11,15 +11,15 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:f
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-import { runEntry, ROOT, type Running } from '../helpers/process.ts';
-import { docker, REGISTRY, run, startPlatform, uniqueName, type PlatformProject } from '../helpers/rig.ts';
-import { parseSse } from '../helpers/sse.ts';
-import { EngineGate, type Hold } from '../helpers/engine-gate.ts';
-import { CrashTally, holdDatabase, requireCrashPoints, waitForChartState, type DbHold } from '../helpers/crash.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
+import { runEntry, ROOT, type Running } from '../helpers/shared/process.ts';
+import { docker, REGISTRY, run, startPlatform, uniqueName, type PlatformProject } from '../helpers/e2e/rig.ts';
+import { parseSse } from '../helpers/shared/sse.ts';
+import { EngineGate, type Hold } from '../helpers/e2e/engine-gate.ts';
+import { CrashTally, holdDatabase, requireCrashPoints, waitForChartState, type DbHold } from '../helpers/e2e/crash.ts';
 import { createUser } from '../../src/state/users.ts';
 import { jobMachine } from '../../machines/job.machine.ts';
-import { eventually } from '../helpers/eventually.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 
 const INTERRUPTED = 'interrupted: the backend restarted while the job was running';
 /** Compose talks to the engine as `compose/<version>` (or the docker CLI's agent); the backend's own calls do not. */

@@ -5,17 +5,18 @@
 // local channel tag names the image that runs again, so a plain `docker compose up -d` (VERSION
 // unset) stays on the good build; the check says that the offered build is the one rolled back.
 // After the undecided one, jobs and updates are accepted again and a later boot leaves it closed.
-// The backend reaches the engine through the engine gate (test/helpers/engine-gate.ts), which can
+// The backend reaches the engine through the engine gate (test/helpers/e2e/engine-gate.ts), which can
 // drop every request: the engine is then unreachable for the backend only, not for the helper.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { docker, run } from '../helpers/rig.ts';
-import { helperExit, helperLogs, Images } from '../helpers/self-update-rig.ts';
-import { EngineGate } from '../helpers/engine-gate.ts';
-import { startCrashInstaller, type CrashInstaller } from '../helpers/crash-stack.ts';
-import { eventually, type SelfUpdateCheck as Check } from '../helpers/self-update.ts';
+import { docker, run } from '../helpers/e2e/rig.ts';
+import { helperExit, helperLogs, Images } from '../helpers/e2e/self-update-rig.ts';
+import { EngineGate } from '../helpers/e2e/engine-gate.ts';
+import { startCrashInstaller, type CrashInstaller } from '../helpers/e2e/crash-stack.ts';
+import { type SelfUpdateCheck as Check } from '../helpers/api/self-update.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 
 interface Action {
   id: string;

@@ -12,11 +12,11 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import path from 'node:path';
 import { tmpdir } from 'node:os';
 import { spawnSync } from 'node:child_process';
-import { docker, run } from '../helpers/rig.ts';
-import { HELPER, Images, STAGED_FILE } from '../helpers/self-update-rig.ts';
-import { EngineGate, type Hold } from '../helpers/engine-gate.ts';
-import { startCrashInstaller, type CrashInstaller } from '../helpers/crash-stack.ts';
-import { chartInstanceIds, CrashTally, holdDatabase, requireCrashPoints, waitForChartState, type DbHold } from '../helpers/crash.ts';
+import { docker, run } from '../helpers/e2e/rig.ts';
+import { HELPER, Images, STAGED_FILE } from '../helpers/e2e/self-update-rig.ts';
+import { EngineGate, type Hold } from '../helpers/e2e/engine-gate.ts';
+import { startCrashInstaller, type CrashInstaller } from '../helpers/e2e/crash-stack.ts';
+import { chartInstanceIds, CrashTally, holdDatabase, requireCrashPoints, waitForChartState, type DbHold } from '../helpers/e2e/crash.ts';
 import { selfUpdateMachine } from '../../machines/self-update.machine.ts';
 
 const INTERRUPTED = 'interrupted: the backend restarted during preflight; nothing was changed';

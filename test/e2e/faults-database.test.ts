@@ -9,14 +9,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cpSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { runEntry, ROOT, type Running } from '../helpers/process.ts';
-import { uniqueName } from '../helpers/rig.ts';
-import { percentile, requestJob, startDedicatedPostgres, startLoad, UNAVAILABLE_SHAPE, waitJob, type Answer, type DedicatedPostgres, type Load } from '../helpers/faults.ts';
+import { runEntry, ROOT, type Running } from '../helpers/shared/process.ts';
+import { uniqueName } from '../helpers/e2e/rig.ts';
+import { percentile, requestJob, startDedicatedPostgres, startLoad, UNAVAILABLE_SHAPE, waitJob, type Answer, type DedicatedPostgres, type Load } from '../helpers/e2e/faults.ts';
 import { DATABASE_UNAVAILABLE } from '../../src/errors.ts';
 import { CONNECT_TIMEOUT_MS, QUERY_TIMEOUT_GRACE_MS, STATEMENT_TIMEOUT_MS } from '../../src/db/database.ts';
 import { HEALTH_MAX_AGE_MS } from '../../src/state/health.ts';
 import { AUDIT_CACHE_MS_DEFAULT } from '../../src/state/actions.ts';
-import { firstAdminToken } from '../helpers/first-admin.ts';
+import { firstAdminToken } from '../helpers/e2e/first-admin.ts';
 
 type Fault = 'stop' | 'kill' | 'pause';
 const FAULTS: Fault[] = ['stop', 'kill', 'pause'];

@@ -9,12 +9,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cpSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { runEntry, ROOT, type Running } from '../helpers/process.ts';
-import { docker, freePort, uniqueName } from '../helpers/rig.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { runEntry, ROOT, type Running } from '../helpers/shared/process.ts';
+import { docker, freePort, uniqueName } from '../helpers/e2e/rig.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { createUser } from '../../src/state/users.ts';
-import { loadImage, startPrivateEngine, type PrivateEngine } from '../helpers/private-engine.ts';
-import { login, requestJob, timed, UNAVAILABLE_SHAPE, waitJob } from '../helpers/faults.ts';
+import { loadImage, startPrivateEngine, type PrivateEngine } from '../helpers/e2e/private-engine.ts';
+import { login, requestJob, timed, UNAVAILABLE_SHAPE, waitJob } from '../helpers/e2e/faults.ts';
 
 /** Every endpoint answers within this while the engine is down (it fails fast: the socket is gone). */
 const OUTAGE_ANSWER_BOUND_MS = 2_000;

@@ -7,13 +7,13 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { runEntry, type Running } from '../helpers/process.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
+import { runEntry, type Running } from '../helpers/shared/process.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { createUser } from '../../src/state/users.ts';
-import { login, timed } from '../helpers/faults.ts';
+import { login, timed } from '../helpers/e2e/faults.ts';
 import {
   badJsonRegistry, closedRegistry, errorStatusRegistry, garbageRegistry, silentRegistry, type FakeRegistry,
-} from '../helpers/fake-registries.ts';
+} from '../helpers/e2e/fake-registries.ts';
 import { REGISTRY_TIMEOUT_MS } from '../../src/adapters/self-update.ts';
 
 /** The check's own work besides the registry (runtime, compose files, database) fits in this. */

@@ -6,11 +6,11 @@ import { randomBytes, X509Certificate, createHash } from 'node:crypto';
 import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { generate } from 'selfsigned';
-import { buildInstallerImage, docker, REGISTRY } from '../helpers/rig.ts';
-import { startStack, type Stack } from '../helpers/stack.ts';
-import { defaultHttps, pinnedHttps, plainHttp } from '../helpers/https.ts';
-import { ensureUiBuilt, launchChromium, newPage, shoot } from '../helpers/ui.ts';
-import { chosenPassword } from '../helpers/first-admin.ts';
+import { buildInstallerImage, docker, REGISTRY } from '../helpers/e2e/rig.ts';
+import { startStack, type Stack } from '../helpers/e2e/stack.ts';
+import { defaultHttps, pinnedHttps, plainHttp } from '../helpers/shared/https.ts';
+import { ensureUiBuilt, launchChromium, newPage, shoot } from '../helpers/e2e/ui.ts';
+import { chosenPassword } from '../helpers/e2e/first-admin.ts';
 
 const tag = `prod-https-${randomBytes(3).toString('hex')}`;
 const ref = `${REGISTRY}/installer:${tag}`;

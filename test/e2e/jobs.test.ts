@@ -6,12 +6,12 @@ import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { docker, freePort, REGISTRY, run, startPlatform, type PlatformProject } from '../helpers/rig.ts';
-import { followJob, lines, requestJob, runJob } from '../helpers/jobs.ts';
-import { ROOT } from '../helpers/process.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
+import { docker, freePort, REGISTRY, run, startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
+import { followJob, lines, requestJob, runJob } from '../helpers/e2e/jobs.ts';
+import { ROOT } from '../helpers/shared/process.ts';
 import { putSetting } from '../../src/state/settings.ts';
-import { eventually } from '../helpers/eventually.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 
 interface Inspect {
   Id: string;

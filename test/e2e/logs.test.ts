@@ -4,10 +4,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EventSource } from 'eventsource';
 import path from 'node:path';
-import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/app.ts';
-import { docker, run, uniqueName } from '../helpers/rig.ts';
-import { ROOT } from '../helpers/process.ts';
-import { parseSse, type SseMessage } from '../helpers/sse.ts';
+import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
+import { docker, run, uniqueName } from '../helpers/e2e/rig.ts';
+import { ROOT } from '../helpers/shared/process.ts';
+import { parseSse, type SseMessage } from '../helpers/shared/sse.ts';
 import { ContainerLogs, openEngineStream } from '../../src/adapters/container-logs/index.ts';
 import { connectEngine } from '../../src/adapters/docker-engine.ts';
 import { secretScrubber, REDACTED } from '../../src/logger.ts';

@@ -4,10 +4,10 @@
 // runner's privilege and PID settings point at it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { buildInstallerImage, REGISTRY, run } from '../helpers/rig.ts';
-import { ALLOWLIST, ABSENT_UNIT, MASKED_UNIT, ETC_UNIT, startSystemdHost, type SystemdHost } from '../helpers/systemd-host.ts';
-import { followJob } from '../helpers/jobs.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
+import { buildInstallerImage, REGISTRY, run } from '../helpers/e2e/rig.ts';
+import { ALLOWLIST, ABSENT_UNIT, MASKED_UNIT, ETC_UNIT, startSystemdHost, type SystemdHost } from '../helpers/e2e/systemd-host.ts';
+import { followJob } from '../helpers/e2e/jobs.ts';
 
 const image = `${REGISTRY}/installer:dev-migrate-${randomBytes(3).toString('hex')}`;
 const scriptPath = '/opt/installer-api/migrate-host.sh';

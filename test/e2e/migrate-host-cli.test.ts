@@ -2,7 +2,7 @@
 // (not root, docker.service inactive, --force) and the prompt's accepted and refused answers.
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ALLOWLIST, SCRIPT, headerBlock, startSystemdHost, type SystemdHost } from '../helpers/systemd-host.ts';
+import { ALLOWLIST, SCRIPT, headerBlock, startSystemdHost, type SystemdHost } from '../helpers/e2e/systemd-host.ts';
 
 let host: SystemdHost;
 beforeAll(async () => {

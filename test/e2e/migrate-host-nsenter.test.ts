@@ -2,11 +2,11 @@
 // host's PID namespace, through `nsenter -t 1 -a -- bash <script path> --yes`. Here "the host" is a
 // systemd container (docs/rig.md: --privileged fails on the rig, so the capability set stands in).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { docker, run, uniqueName } from '../helpers/rig.ts';
+import { docker, run, uniqueName } from '../helpers/e2e/rig.ts';
 import {
   ABSENT_UNIT, ALLOWLIST, BASE_IMAGE, BUSYBOX_IMAGE, ETC_UNIT, EXPORTS_ORIGINAL_LINES, MASKED_UNIT, NFS_UNITS, PRIVILEGES, SCRIPT, SCRIPT_IN_HOST,
   startSystemdHost, type SystemdHost,
-} from '../helpers/systemd-host.ts';
+} from '../helpers/e2e/systemd-host.ts';
 
 let host: SystemdHost;
 const standalone = uniqueName('qdrant');

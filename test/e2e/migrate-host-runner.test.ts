@@ -4,9 +4,9 @@
 // it shows full privileges, the host PID namespace and exactly `nsenter -t 1 -a -- bash <path> --yes`.
 // The rig's VM refuses to START a privileged container (docs/rig.md), but creating one works.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { docker, run } from '../helpers/rig.ts';
-import { BASE_IMAGE } from '../helpers/systemd-host.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
+import { docker, run } from '../helpers/e2e/rig.ts';
+import { BASE_IMAGE } from '../helpers/e2e/systemd-host.ts';
 import { RUNNER_NAME } from '../../src/adapters/host-runner.ts';
 
 interface Inspect {

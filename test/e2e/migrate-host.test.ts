@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   ABSENT_UNIT, ALLOWLIST, BACKUP_DIR, DISABLED_UNIT, ETC_UNIT, EXPORTS_ORIGINAL_LINES, MASKED_UNIT, NFS_UNITS, STATIC_UNIT, STUBBORN_UNIT,
   commandLines, startLeftovers, startSystemdHost, type Leftovers, type SystemdHost,
-} from '../helpers/systemd-host.ts';
+} from '../helpers/e2e/systemd-host.ts';
 
 let host: SystemdHost;
 let left: Leftovers;

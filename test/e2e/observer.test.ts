@@ -6,9 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/app.ts';
-import { docker, startPlatform, type PlatformProject } from '../helpers/rig.ts';
-import { ROOT } from '../helpers/process.ts';
+import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
+import { docker, startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
+import { ROOT } from '../helpers/shared/process.ts';
 import { readObserved } from '../../src/state/observed.ts';
 import type { RuntimePort } from '../../src/contracts/ports.ts';
 

@@ -7,10 +7,10 @@ import { tmpdir } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { sql } from 'kysely';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-import { ROOT, runEntry, type Running } from '../helpers/process.ts';
-import { docker, REGISTRY, run } from '../helpers/rig.ts';
-import { parseSse, type SseMessage } from '../helpers/sse.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
+import { ROOT, runEntry, type Running } from '../helpers/shared/process.ts';
+import { docker, REGISTRY, run } from '../helpers/e2e/rig.ts';
+import { parseSse, type SseMessage } from '../helpers/shared/sse.ts';
 import { createUser } from '../../src/state/users.ts';
 import { parseEnv } from '../../src/adapters/platform-files.ts';
 

@@ -1,6 +1,6 @@
 // The test platform every Docker test stands on: a real compose project of busybox services.
 import { describe, expect, it } from 'vitest';
-import { docker, run, startPlatform } from '../helpers/rig.ts';
+import { docker, run, startPlatform } from '../helpers/e2e/rig.ts';
 
 describe('test platform on the rig', () => {
   it('comes up healthy under its own project name, writes stdout and stderr, and goes away whole', async () => {

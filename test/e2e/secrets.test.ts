@@ -7,11 +7,11 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
 import { createServer, type AddressInfo, type Server } from 'node:net';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-import { runEntry, type Running } from '../helpers/process.ts';
-import { REGISTRY, startPlatform, type PlatformProject } from '../helpers/rig.ts';
-import { parseSse, type SseMessage } from '../helpers/sse.ts';
-import { eventually } from '../helpers/self-update.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
+import { runEntry, type Running } from '../helpers/shared/process.ts';
+import { REGISTRY, startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
+import { parseSse, type SseMessage } from '../helpers/shared/sse.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 import { createUser } from '../../src/state/users.ts';
 
 // Lower case, so that one can stand in an image name and reach compose's own error output.

@@ -8,10 +8,10 @@ import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { ROOT } from '../helpers/process.ts';
-import { docker, REGISTRY, run } from '../helpers/rig.ts';
-import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/app.ts';
-import { eventually } from '../helpers/self-update.ts';
+import { ROOT } from '../helpers/shared/process.ts';
+import { docker, REGISTRY, run } from '../helpers/e2e/rig.ts';
+import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 import type { RuntimePort, VersionInfo } from '../../src/contracts/ports.ts';
 import type { DockerSelfUpdateEngine } from '../../src/adapters/self-update.ts';
 

@@ -7,10 +7,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import path from 'node:path';
-import { ROOT } from '../helpers/process.ts';
-import { freePort, run, startPlatform, type PlatformProject } from '../helpers/rig.ts';
-import { helperExit, helperLogs, helperState, Images, localDigest, STAGED_FILE, startInstaller, type InstallerUnderTest } from '../helpers/self-update-rig.ts';
-import { LATEST_MIGRATION, type SelfUpdateCheck as Check } from '../helpers/self-update.ts';
+import { ROOT } from '../helpers/shared/process.ts';
+import { freePort, run, startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
+import { helperExit, helperLogs, helperState, Images, localDigest, STAGED_FILE, startInstaller, type InstallerUnderTest } from '../helpers/e2e/self-update-rig.ts';
+import { LATEST_MIGRATION, type SelfUpdateCheck as Check } from '../helpers/api/self-update.ts';
 
 const images = new Images();
 let i: InstallerUnderTest;

@@ -9,10 +9,10 @@ import { cpSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.ts';
-import { runEntry, ROOT, type Running } from '../helpers/process.ts';
-import { docker, run } from '../helpers/rig.ts';
-import { eventually } from '../helpers/eventually.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
+import { runEntry, ROOT, type Running } from '../helpers/shared/process.ts';
+import { docker, run } from '../helpers/e2e/rig.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 import { createUser } from '../../src/state/users.ts';
 
 const project = `split-${randomBytes(3).toString('hex')}`;

@@ -7,12 +7,12 @@ import { randomBytes } from 'node:crypto';
 import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { buildInstallerImage, docker, REGISTRY, run } from '../helpers/rig.ts';
-import { deployAsDocumented, startStack, type DocumentedStack, type Stack } from '../helpers/stack.ts';
-import { firstAdminToken } from '../helpers/first-admin.ts';
-import { ROOT } from '../helpers/process.ts';
-import { parseSse } from '../helpers/sse.ts';
-import { eventually } from '../helpers/self-update.ts';
+import { buildInstallerImage, docker, REGISTRY, run } from '../helpers/e2e/rig.ts';
+import { deployAsDocumented, startStack, type DocumentedStack, type Stack } from '../helpers/e2e/stack.ts';
+import { firstAdminToken } from '../helpers/e2e/first-admin.ts';
+import { ROOT } from '../helpers/shared/process.ts';
+import { parseSse } from '../helpers/shared/sse.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 
 const tag = `dev-e2e-${randomBytes(3).toString('hex')}`;
 const ref = `${REGISTRY}/installer:${tag}`;

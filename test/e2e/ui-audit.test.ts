@@ -5,8 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { sql } from 'kysely';
 import type { Browser, Page } from 'playwright-core';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { ensureUiBuilt, launchChromium, newPage, shoot, useToken } from '../helpers/ui.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
+import { ensureUiBuilt, launchChromium, newPage, shoot, useToken } from '../helpers/e2e/ui.ts';
 import { recordStarted } from '../../src/state/actions.ts';
 
 let t: TestApp;

@@ -5,8 +5,8 @@
 // polling that rests while the tab is hidden and refreshes when it is shown again.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Page } from 'playwright-core';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { axeViolations, describeViolations, ensureUiBuilt, launchChromium, newPage, shoot, signIn, useToken, type PageGlobals } from '../helpers/ui.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
+import { axeViolations, describeViolations, ensureUiBuilt, launchChromium, newPage, shoot, signIn, useToken, type PageGlobals } from '../helpers/e2e/ui.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { recordFinished, recordStarted } from '../../src/state/actions.ts';
 

@@ -4,9 +4,9 @@
 // wrapping; UTC and local time; and the cap on lines held.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, BrowserContext, Locator, Page } from 'playwright-core';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { PushedLogs, stamp } from '../helpers/fake-logs.ts';
-import { ensureUiBuilt, launchChromium, newPage, shoot, useToken } from '../helpers/ui.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
+import { PushedLogs, stamp } from '../helpers/e2e/fake-logs.ts';
+import { ensureUiBuilt, launchChromium, newPage, shoot, useToken } from '../helpers/e2e/ui.ts';
 import type { ContainerLogLine } from '../../src/contracts/ports.ts';
 
 const SERVICES = ['api', 'web', 'worker'];

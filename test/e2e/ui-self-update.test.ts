@@ -9,11 +9,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
-import { ROOT } from '../helpers/process.ts';
-import { docker, freePort, run } from '../helpers/rig.ts';
-import { removeLeftovers } from '../helpers/stack.ts';
-import { chosenPassword } from '../helpers/first-admin.ts';
-import { ensureUiBuilt, launchChromium, newPage, shoot } from '../helpers/ui.ts';
+import { ROOT } from '../helpers/shared/process.ts';
+import { docker, freePort, run } from '../helpers/e2e/rig.ts';
+import { removeLeftovers } from '../helpers/e2e/stack.ts';
+import { chosenPassword } from '../helpers/e2e/first-admin.ts';
+import { ensureUiBuilt, launchChromium, newPage, shoot } from '../helpers/e2e/ui.ts';
 
 const workDir = mkdtempSync(path.join(tmpdir(), 'installer-try-'));
 let env: Record<string, string> = {};

@@ -7,9 +7,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomUUID } from 'node:crypto';
 import type { Browser, Page, Route } from 'playwright-core';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { startPlatform, type PlatformProject } from '../helpers/rig.ts';
-import { ensureUiBuilt, launchChromium, newPage, shoot, useToken } from '../helpers/ui.ts';
+import { startTestApp, type TestApp } from '../helpers/api/app.ts';
+import { startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
+import { ensureUiBuilt, launchChromium, newPage, shoot, useToken } from '../helpers/e2e/ui.ts';
 import { finishJob } from '../../src/state/jobs.ts';
 
 const CURRENT = `sha256:${'a1'.repeat(32)}`;

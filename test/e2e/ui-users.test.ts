@@ -4,8 +4,8 @@
 // reset and removal go through their dialogs; every user changes their own password.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Page } from 'playwright-core';
-import { startTestApp, PASSWORDS, type TestApp } from '../helpers/app.ts';
-import { ensureUiBuilt, launchChromium, newPage, shoot, signIn } from '../helpers/ui.ts';
+import { startTestApp, PASSWORDS, type TestApp } from '../helpers/api/app.ts';
+import { ensureUiBuilt, launchChromium, newPage, shoot, signIn } from '../helpers/e2e/ui.ts';
 import { verifyCredentials } from '../../src/state/users.ts';
 
 let t: TestApp;

@@ -11,10 +11,10 @@ import { tmpdir } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import path from 'node:path';
-import { buildInstallerImage, docker, REGISTRY } from '../helpers/rig.ts';
-import { startStack, type Stack } from '../helpers/stack.ts';
-import { eventually } from '../helpers/self-update.ts';
-import { parseSse } from '../helpers/sse.ts';
+import { buildInstallerImage, docker, REGISTRY } from '../helpers/e2e/rig.ts';
+import { startStack, type Stack } from '../helpers/e2e/stack.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
+import { parseSse } from '../helpers/shared/sse.ts';
 
 const tag = `dev-e2e-zombies-${randomBytes(3).toString('hex')}`;
 const ref = `${REGISTRY}/installer:${tag}`;

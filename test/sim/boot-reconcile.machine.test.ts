@@ -7,7 +7,7 @@ import {
   bootReconcileMachine, CHANGED_SCHEMA, helperReason, outcomeDetail, phaseOfOutcome, undecidedDetail,
   type HelperOutcome, type PendingUpdate, type ReconcileInput, type ReconcileOutcome, type RunningNow,
 } from '../../machines/boot-reconcile.machine.ts';
-import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/chart.ts';
+import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/sim/chart.ts';
 
 const pending: PendingUpdate = {
   requestId: 'r-1', actionId: '7', targetTag: 'dev-latest', targetDigest: 'sha256:new', targetImageId: 'img-new',

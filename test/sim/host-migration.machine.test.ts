@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { createActor, fromCallback, SimulatedClock, type EventObject, type AnyStateMachine } from 'xstate';
 import { getAdjacencyMap, getSimplePaths } from 'xstate/graph';
 import { hostMigrationMachine, type HostMigrationEvent } from '../../machines/host-migration.machine.ts';
-import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/chart.ts';
+import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/sim/chart.ts';
 
 const HUNG = 'xstate.after.hungTimeout.hostMigration.running.watching';
 const HUNG_COPYING = 'xstate.after.hungTimeout.hostMigration.copying.watching';

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { createActor, fromCallback, SimulatedClock, type EventObject, type AnyStateMachine } from 'xstate';
 import { getAdjacencyMap, getShortestPaths, getSimplePaths } from 'xstate/graph';
 import { jobMachine, hungMessage, type JobEvent, type JobInput, type StepInput } from '../../machines/job.machine.ts';
-import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/chart.ts';
+import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/sim/chart.ts';
 
 const HUNG_EVENT = 'xstate.after.hungTimeout.job.running.watching';
 const HUNG_PREPARING = 'xstate.after.hungTimeout.job.preparing.watching';

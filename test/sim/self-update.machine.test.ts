@@ -9,7 +9,7 @@ import {
   abortDetail, phaseOfState, selfUpdateMachine,
   type PreflightChanges, type RecordActionInput, type ResolvedTarget, type RunningImage, type UndoInput, type UpdateTarget,
 } from '../../machines/self-update.machine.ts';
-import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/chart.ts';
+import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/sim/chart.ts';
 
 const running: RunningImage = { inContainer: true, reference: 'reg/installer:dev-41', tag: 'dev-41', digest: 'sha256:old', imageId: 'img-old' };
 const newer: UpdateTarget = { channel: 'dev', tag: 'dev-latest', digest: 'sha256:new' };

@@ -1,7 +1,7 @@
 // The lint rule that keeps the architecture's arrows: a violation must be reported.
 import { describe, expect, it } from 'vitest';
 import { ESLint } from 'eslint';
-import { ROOT } from '../helpers/process.ts';
+import { ROOT } from '../helpers/shared/process.ts';
 
 const lint = async (file: string, code: string) => {
   const eslint = new ESLint({ cwd: ROOT });
@@ -44,5 +44,17 @@ describe('layer arrows', () => {
     expect((await lint('controllers/example.ts', `import { AppError } from '../src/api/errors.ts';\nexport default AppError;\n`)).length).toBe(1);
     // The composition of all reconcilers is the one place that names them all.
     expect(await lint('controllers/index.ts', `import { ComposeJobReconciler } from './compose-job.ts';\nexport default ComposeJobReconciler;\n`)).toEqual([]);
+  });
+
+  it('test helpers by tier: a tier uses only its own helpers and those below it', async () => {
+    const imports = (file: string, imp: string) => lint(file, `import x from '${imp}';\nexport default x;\n`);
+    expect(await imports('test/api/example.test.ts', '../helpers/api/app.ts')).toEqual([]);
+    expect(await imports('test/api/example.test.ts', '../helpers/shared/db.ts')).toEqual([]);
+    expect((await imports('test/api/example.test.ts', '../helpers/e2e/rig.ts')).length).toBe(1);
+    expect((await imports('test/helpers/api/example.ts', '../e2e/rig.ts')).length).toBe(1);
+    expect((await imports('test/helpers/shared/example.ts', '../api/app.ts')).length).toBe(1);
+    expect((await imports('test/sim/example.test.ts', '../helpers/api/app.ts')).length).toBe(1);
+    expect(await imports('test/sim/example.test.ts', '../helpers/sim/chart.ts')).toEqual([]);
+    expect(await imports('test/e2e/example.test.ts', '../helpers/api/app.ts')).toEqual([]);
   });
 });

@@ -7,7 +7,7 @@ import { openDatabase, DatabaseLockedError, acquireLock } from '../../src/db/dat
 import { migrateToLatest, currentMigration, knownMigrations } from '../../src/db/migrate.ts';
 import { createUser, verifyCredentials } from '../../src/state/users.ts';
 import { listActionsPage, recordStarted } from '../../src/state/actions.ts';
-import { runEntry } from '../helpers/process.ts';
+import { runEntry } from '../helpers/shared/process.ts';
 
 describe('embedded PGlite', () => {
   it('migrates, stores and reads back', async () => {

@@ -1,6 +1,6 @@
 // A ContainerLogsPort whose lines are pushed by the caller, for browser tests and benchmarks of the
 // logs viewer: the real log routes and SSE framing, with no Docker engine behind them.
-import type { ContainerLogLine, ContainerLogsPort, LogFeed, PlatformContainer } from '../../src/contracts/ports.ts';
+import type { ContainerLogLine, ContainerLogsPort, LogFeed, PlatformContainer } from '../../../src/contracts/ports.ts';
 
 interface OpenFeed {
   queue: ContainerLogLine[][];

@@ -4,10 +4,10 @@
 import { mkdirSync, rmdirSync, rmSync, writeFileSync, readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { ROOT } from './process.ts';
+import { ROOT } from '../shared/process.ts';
 import { docker, must, REGISTRY, run } from './rig.ts';
 import { startStack, type Stack } from './stack.ts';
-import { eventually } from './self-update.ts';
+import { eventually } from '../shared/eventually.ts';
 
 export const FIXTURES = path.join(ROOT, 'test/fixtures/self-update');
 export type Variant = 'good' | 'unhealthy' | 'migrates-then-unhealthy' | 'crashes' | 'ships-new-compose';

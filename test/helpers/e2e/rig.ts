@@ -6,7 +6,7 @@ import { mkdtempSync, writeFileSync, cpSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { createServer } from 'node:net';
 import path from 'node:path';
-import { ROOT } from './process.ts';
+import { ROOT } from '../shared/process.ts';
 
 export const REGISTRY = '127.0.0.1:5000';
 

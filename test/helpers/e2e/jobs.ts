@@ -1,8 +1,8 @@
 // Drives platform jobs through the API as a client would: request, then follow the job stream.
 import { expect } from 'vitest';
-import type { TestApp } from './app.ts';
-import { parseSse, type SseMessage } from './sse.ts';
-import type { Role } from '../../src/db/schema.ts';
+import type { TestApp } from '../api/app.ts';
+import { parseSse, type SseMessage } from '../shared/sse.ts';
+import type { Role } from '../../../src/db/schema.ts';
 
 export async function requestJob(t: TestApp, action: string, services?: string[], role: Role = 'operator'): Promise<string> {
   const res = await t.app.inject({

@@ -1,8 +1,8 @@
 // A real Postgres database of its own for each test file, migrated, dropped afterwards.
 import pg from 'pg';
 import { randomBytes } from 'node:crypto';
-import { openDatabase, type Database } from '../../src/db/database.ts';
-import { migrateToLatest } from '../../src/db/migrate.ts';
+import { openDatabase, type Database } from '../../../src/db/database.ts';
+import { migrateToLatest } from '../../../src/db/migrate.ts';
 
 export const ADMIN_URL = process.env.TEST_DATABASE_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 

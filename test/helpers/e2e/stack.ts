@@ -4,10 +4,10 @@ import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } fro
 import { tmpdir } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { ROOT } from './process.ts';
+import { ROOT } from '../shared/process.ts';
 import { docker, freePort, run, REGISTRY } from './rig.ts';
 import { firstAdminToken } from './first-admin.ts';
-import { applyEnvChanges } from '../../src/adapters/platform-files.ts';
+import { applyEnvChanges } from '../../../src/adapters/platform-files.ts';
 
 export { freePort };
 
@@ -85,7 +85,7 @@ export async function startStack(opts: { version: string; channel?: 'dev' | 'pro
       return (await docker(['exec', 'installer-backend', 'cat', '/var/lib/installer/secrets/initial-admin-password'])).trim();
     },
     async login(username, password) {
-      // The generated admin chooses its password at first sign-in (test/helpers/first-admin.ts).
+      // The generated admin chooses its password at first sign-in (test/helpers/e2e/first-admin.ts).
       if (username === 'admin') return firstAdminToken(baseUrl, password);
       const res = await fetch(`${baseUrl}/api/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username, password }) });
       if (!res.ok) throw new Error(`login failed: ${res.status} ${await res.text()}`);

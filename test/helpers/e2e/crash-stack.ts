@@ -1,6 +1,6 @@
 // The installer's own stack (deploy/docker-compose.dev.yml) for crash injection: as
 // startInstaller (self-update-rig.ts) makes it, except that the backend's engine socket comes from
-// the engine gate (test/helpers/engine-gate.ts) instead of the host's, so that a test can hold the
+// the engine gate (test/helpers/e2e/engine-gate.ts) instead of the host's, so that a test can hold the
 // backend's engine requests. The same change is in the published file, so a backend recreated by
 // the helper keeps the gate. The helper itself mounts the host's real socket (DOCKER_SOCKET keeps
 // its default inside the backend).
@@ -8,7 +8,7 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, rmdirSync, wri
 import { tmpdir } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { ROOT } from './process.ts';
+import { ROOT } from '../shared/process.ts';
 import { docker, freePort, run } from './rig.ts';
 import { removeLeftovers } from './stack.ts';
 import { HELPER, STAGING_ROOT, type Images } from './self-update-rig.ts';

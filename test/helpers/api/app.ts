@@ -4,15 +4,15 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import { buildApp } from '../../src/api/app.ts';
-import { wire, type Wired } from '../../src/wiring.ts';
-import type { SelfUpdateEngine } from '../../src/adapters/self-update.ts';
-import { loadSettings, type Settings } from '../../src/config.ts';
-import { createLogger, RecentLines, SecretSet } from '../../src/logger.ts';
-import { createUser } from '../../src/state/users.ts';
-import type { ContainerLogsPort, RuntimePort, VersionInfo } from '../../src/contracts/ports.ts';
-import { createTestDatabase, type TestDatabase } from './db.ts';
-import type { Role } from '../../src/db/schema.ts';
+import { buildApp } from '../../../src/api/app.ts';
+import { wire, type Wired } from '../../../src/wiring.ts';
+import type { SelfUpdateEngine } from '../../../src/adapters/self-update.ts';
+import { loadSettings, type Settings } from '../../../src/config.ts';
+import { createLogger, RecentLines, SecretSet } from '../../../src/logger.ts';
+import { createUser } from '../../../src/state/users.ts';
+import type { ContainerLogsPort, RuntimePort, VersionInfo } from '../../../src/contracts/ports.ts';
+import { createTestDatabase, type TestDatabase } from '../shared/db.ts';
+import type { Role } from '../../../src/db/schema.ts';
 
 export const TEST_SECRETS = {
   JWT_SECRET: 'jwt-secret-0123456789-abcdefghijklmnopqrstuvwxyz',

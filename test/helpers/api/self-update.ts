@@ -4,18 +4,18 @@
 import { readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
-import type { Wired } from '../../src/wiring.ts';
-import type { Settings } from '../../src/config.ts';
-import type { RuntimePort, VersionInfo } from '../../src/contracts/ports.ts';
-import type { HelperExit, HelperSpec, SelfUpdateEngine } from '../../src/adapters/self-update.ts';
-import type { TestDatabase } from './db.ts';
+import type { Wired } from '../../../src/wiring.ts';
+import type { Settings } from '../../../src/config.ts';
+import type { RuntimePort, VersionInfo } from '../../../src/contracts/ports.ts';
+import type { HelperExit, HelperSpec, SelfUpdateEngine } from '../../../src/adapters/self-update.ts';
+import type { TestDatabase } from '../shared/db.ts';
 import { startTestApp } from './app.ts';
-import type { Role } from '../../src/db/schema.ts';
+import type { Role } from '../../../src/db/schema.ts';
 
 export const REPO = 'registry.test/installer';
 
 /** The newest schema migration of this checkout: what a migrated database is at (`preUpdateMigration`). */
-export const LATEST_MIGRATION = readdirSync(fileURLToPath(new URL('../../migrations/', import.meta.url)))
+export const LATEST_MIGRATION = readdirSync(fileURLToPath(new URL('../../../migrations/', import.meta.url)))
   .filter((f) => /^\d{4}_[\w-]+\.ts$/.test(f))
   .sort()
   .at(-1)!
@@ -209,4 +209,3 @@ export async function startSelfUpdateApp(opts: { db?: TestDatabase; engine?: Fak
   return { ...t, engine, runtime };
 }
 
-export { eventually } from './eventually.ts';

@@ -5,9 +5,9 @@ import { createRequire } from 'node:module';
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
-import { NODE, ROOT } from './process.ts';
-import { PASSWORDS } from './app.ts';
-import type { Role } from '../../src/db/schema.ts';
+import { NODE, ROOT } from '../shared/process.ts';
+import { PASSWORDS } from '../api/app.ts';
+import type { Role } from '../../../src/db/schema.ts';
 
 export const CHROMIUM = '/usr/bin/chromium';
 export const UI_DIR = path.join(ROOT, 'src/ui');

@@ -6,7 +6,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { ROOT } from './process.ts';
+import { ROOT } from '../shared/process.ts';
 import { docker, run, uniqueName, type RunResult } from './rig.ts';
 
 export const HOST_IMAGE = 'installer-rig/systemd-host:latest';
