@@ -25,7 +25,9 @@ export interface ObserverDeps {
   listen: Listen;
   logger: Logger;
   runtime: RuntimePort;
-  platform: { project: string; containers(): Promise<ContainerView[]>; services(): Promise<string[]> };
+  platform: { project: string; containers(): Promise<ContainerView[]>; services(): Promise<string[]>; readEnv(): Promise<{ key: string; value: string }[]> };
+  /** Seals the platform .env before it is stored (the Sealer of pending configuration changes). */
+  seal(plain: string): string;
   installerProject: string;
   engine: { facts(): Promise<Record<string, unknown>>; installerContainers(): Promise<ContainerView[]> };
   /** Registry and compose files of the self-update; without it the channel row says so. */
@@ -42,7 +44,7 @@ export interface ObserverDeps {
   pollMs?: number;
 }
 
-const FAST_KEYS: readonly ObservedKey[] = ['platform', 'installer', 'engine'];
+const FAST_KEYS: readonly ObservedKey[] = ['platform', 'installer', 'engine', 'platformEnv'];
 const RECONNECT_MS = 2_000;
 
 const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
@@ -91,7 +93,7 @@ export class Observer {
   kick(key: ObservedKey): void {
     if (this.stopped) return;
     if (key === 'registry') key = 'channel';
-    if (!['platform', 'installer', 'channel', 'engine'].includes(key)) return;
+    if (!['platform', 'installer', 'channel', 'engine', 'platformEnv'].includes(key)) return;
     if (this.running.has(key)) {
       this.again.add(key);
       return;
@@ -155,6 +157,22 @@ export class Observer {
           ...(containers.status === 'rejected' ? { installerContainersError: message(containers.reason) } : {}),
         };
         await writeObserved(db, key, { data, conditions: [engineCondition(facts.status === 'fulfilled' ? null : facts.reason, at)], ...begun });
+        return;
+      }
+      case 'platformEnv': {
+        const begun = await beginObservation(db, key);
+        const at = begun.startedAt.toISOString();
+        let data: ObservedData['platformEnv'];
+        let condition: ObservedCondition;
+        try {
+          const entries = await this.deps.platform.readEnv();
+          data = { sealed: this.deps.seal(JSON.stringify(entries)), keys: entries.map((e) => e.key) };
+          condition = { type: 'EnvRead', status: 'True', reason: 'FileRead', message: `${entries.length} keys`, observedAt: at };
+        } catch (err) {
+          data = { sealed: null, keys: [], error: message(err) };
+          condition = { type: 'EnvRead', status: 'False', reason: 'FileUnreadable', message: message(err), observedAt: at };
+        }
+        await writeObserved(db, key, { data, conditions: [condition], ...begun });
         return;
       }
       case 'channel':

@@ -113,6 +113,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     logger,
     runtime,
     platform,
+    seal: (plain) => sealer.seal(plain),
     installerProject: settings.INSTALLER_PROJECT,
     engine: { facts: () => engineFacts(docker), installerContainers: () => projectContainers(docker, settings.INSTALLER_PROJECT) },
     selfUpdate: selfUpdateEngine,
@@ -132,7 +133,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     logger,
     jwtSecret: secrets.jwtSecret,
     serviceTokens: () => serviceTokens.current(),
-    platform: { project: platform.project, readEnv: platform.readEnv },
+    platform: { project: platform.project },
     events,
     sealer,
     // The graphs never change while the process runs: drawn once here.

@@ -9,12 +9,12 @@ import type { ContainerView, VersionInfo } from '../contracts/ports.ts';
 
 export const OBSERVED_CHANNEL = 'observed_refresh';
 
-export const OBSERVED_KEYS = ['platform', 'installer', 'channel', 'engine', 'registry'] as const;
+export const OBSERVED_KEYS = ['platform', 'installer', 'channel', 'engine', 'registry', 'platformEnv'] as const;
 export type ObservedKey = (typeof OBSERVED_KEYS)[number];
 
 /** Kubernetes-style condition of an observed row. */
 export interface ObservedCondition {
-  type: 'EngineReachable' | 'RegistryReachable' | 'UpdateAvailable' | 'ComposeDrift' | 'ServicesKnown';
+  type: 'EngineReachable' | 'RegistryReachable' | 'UpdateAvailable' | 'ComposeDrift' | 'ServicesKnown' | 'EnvRead';
   status: 'True' | 'False' | 'Unknown';
   reason: string;
   message: string;
@@ -33,6 +33,12 @@ export interface ObservedData {
   engine: { reachable: boolean; facts: Record<string, unknown> | null; error?: string; installerContainers: ContainerView[]; installerContainersError?: string };
   /** The registry's reachability (as the channel's digest lookup found it). */
   registry: { reachable: boolean | null; error?: string };
+  /**
+   * The platform's .env: its entries sealed with the encryption key (values may be the customer's
+   * secrets), and its key names in clear (diagnostics lists keys only). Null `sealed` with `error`
+   * when the file could not be read.
+   */
+  platformEnv: { sealed: string | null; keys: string[]; error?: string };
 }
 
 export interface ObservedRow<K extends ObservedKey = ObservedKey> {

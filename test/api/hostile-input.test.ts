@@ -25,6 +25,8 @@ import {
   objectShape, sample, send, SHELL, TRAVERSAL, unknownName, unwrap, wrongTypes, type IoGuard, type RawResponse,
 } from '../helpers/api/hostile.ts';
 import { buildApp, type RouteEntry } from '../../src/api/app.ts';
+import { readObserved, requestRefresh } from '../../src/state/observed.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 import { parseInstant, TAIL_MAX } from '../../src/api/routes/logs.ts';
 import { ACTIONS_LIMIT } from '../../src/api/routes/deployment.ts';
 import type { ContainerLogsPort, LogFeed, LogSelection, PlatformContainer } from '../../src/contracts/ports.ts';
@@ -464,8 +466,11 @@ describe('hostile input, generated from the route table and the route schemas', 
     try {
       guarded.childProcess.spawnSync('true', [], { shell: true });
       guarded.fs.existsSync('/etc/hostname');
-      // The app's own calls go through the same functions: GET /api/deployment/config reads the
-      // platform's .env and asks `docker compose` for its services only when a job names one.
+      // The process's own calls go through the same functions: its observer reads the platform's
+      // .env for GET /api/deployment/config (asked for afresh here, so the read falls inside the
+      // watch) and asks `docker compose` for its services only when a job names one.
+      const wanted = await requestRefresh(t.db.database.db, 'platformEnv');
+      await eventually(async () => ((await readObserved(t.db.database.db, 'platformEnv'))?.observedGeneration ?? 0) >= wanted, 'the observer to read the platform .env');
       const res = await send(base, { method: 'GET', path: '/api/deployment/config', headers: { authorization: `Bearer ${adminToken}` } });
       expect(res.status, res.text).toBe(200);
     } finally {

@@ -470,9 +470,13 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async () => {
-      const current = await platform.readEnv().catch((err: Error) => {
-        throw unavailable(`cannot read the platform .env: ${err.message}`);
-      });
+      // The .env as the observer last read it (sealed in its row); a row read before the latest job
+      // ended is stale, since deploy and apply-config write the file.
+      const lastEnd = await db.selectFrom('deployment_job_status').select((eb) => eb.fn.max('finished_at').as('at')).executeTakeFirst();
+      const row = await readFresh(db, 'platformEnv', { ...freshness(app.deps.settings).fast, notBefore: lastEnd?.at ? new Date(lastEnd.at) : null });
+      if (!row?.data) throw unavailable('cannot read the platform .env: it has not been observed yet (no controllers answered in time)');
+      if (row.data.sealed === null) throw unavailable(`cannot read the platform .env: ${row.data.error ?? 'unknown error'}`);
+      const current = JSON.parse(app.deps.sealer.open(row.data.sealed)) as { key: string; value: string }[];
       const pending = await pendingConfigChanges(db, app.deps.sealer);
       const byKey = new Map<string, z.infer<typeof configEntry>>();
       // The installer's own keys (its address and the service token) are masked whatever their name says.

@@ -119,7 +119,12 @@ export const observabilityRoutes = (metrics: InstallerMetrics): FastifyPluginAsy
         fromDb(() => recentActions(db, RECENT_ACTIONS)),
         fromDb(() => recentSelfUpdates(db, RECENT_UPDATES)),
         // Keys only: platform settings may hold the customer's own secrets.
-        settle(platform.readEnv().then((entries) => entries.map((e) => e.key))),
+        fromDb(async () => {
+          const row = await readFresh(db, 'platformEnv', freshness(settings).fast);
+          if (!row?.data) throw new Error('not observed yet: no observer answered in time');
+          if (row.data.sealed === null) throw new Error(row.data.error ?? 'the platform .env could not be read');
+          return row.data.keys;
+        }),
       ]);
       const part = <T>(r: { data: T; conditions: unknown; observedAt: string | null; ageMs: number | null } | { error: string }, pick: (d: T) => unknown) =>
         'error' in r ? r : { ...(pick(r.data) as object), observedAt: r.observedAt, ageMs: r.ageMs, conditions: r.conditions };
