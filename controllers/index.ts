@@ -21,6 +21,7 @@ import { HostMigrationReconciler } from './host-migration.ts';
 import { CancelJobReconciler } from './cancel-job.ts';
 import { SelfUpdateReconciler } from './self-update.ts';
 import { SelfUpdateOutcomeReconciler } from './self-update-outcome.ts';
+import { Observer, type ObserverDeps } from './observer.ts';
 
 export interface ControllersDeps {
   db: Kysely<DB>;
@@ -41,6 +42,8 @@ export interface ControllersDeps {
     hostRunner?: HostRunner | undefined;
     migrateHostScriptPath: string;
   };
+  /** What the observer reads the world with (docs/adr/0023-observed-state.md). */
+  observe: Omit<ObserverDeps, 'db' | 'listen' | 'logger'>;
   selfUpdate: {
     engine: SelfUpdateEngine;
     runtime: RuntimePort;
@@ -52,7 +55,7 @@ export interface ControllersDeps {
 }
 
 /** Which controllers to start: all of them by default. */
-export type ControllerGroup = 'jobs' | 'self-update';
+export type ControllerGroup = 'jobs' | 'self-update' | 'observer';
 
 export class Controllers {
   private readonly abort = new AbortController();
@@ -65,7 +68,8 @@ export class Controllers {
   private readonly cancelLoop: ClaimLoop<string>;
   private readonly updateLoop: ClaimLoop<string>;
   private readonly outcomeLoop: ClaimLoop<never>;
-  private readonly started: ControllerGroup[] = [];
+  /** The one writer of observed state; tests start it alone (it claims nothing, see its file). */
+  readonly observer: Observer;
   private sweeper: NodeJS.Timeout | undefined;
 
   constructor(private readonly d: ControllersDeps) {
@@ -75,6 +79,7 @@ export class Controllers {
     const updateLog = d.logger.child({ controller: 'self-update' });
     const jobDeps = { db: d.db, events: d.events, logger: jobLog, mirror: mirrorLogger(jobLog), ...d.jobs };
     this.running = new RunningJobs(d.db);
+    this.observer = new Observer({ db: d.db, listen, logger: d.logger, ...d.observe });
     this.composeJob = new ComposeJobReconciler(jobDeps, this.running);
     this.hostMigration = new HostMigrationReconciler(jobDeps, this.running);
     const cancel = new CancelJobReconciler({ db: d.db, events: d.events, signal });
@@ -129,14 +134,13 @@ export class Controllers {
   }
 
   /** Starts the given controllers (all by default). Call once the database is migrated. */
-  async start(groups: ControllerGroup[] = ['jobs', 'self-update']): Promise<void> {
+  async start(groups: ControllerGroup[] = ['jobs', 'self-update', 'observer']): Promise<void> {
     if (groups.includes('jobs')) {
       await closeInterruptedJobs({ db: this.d.db, events: this.d.events, logger: this.d.logger.child({ controller: 'jobs' }) }, (j) => this.composeJob.stopLeftover(j));
       await this.jobLoop.start();
       await this.cancelLoop.start();
       this.sweeper = setInterval(() => this.d.events.sweep(), this.d.sweepMs ?? 60_000);
       this.sweeper.unref();
-      this.started.push('jobs');
     }
     if (groups.includes('self-update')) {
       // Before the outcome's first run: an interrupted preflight whose helper did start becomes in flight.
@@ -144,13 +148,14 @@ export class Controllers {
       await this.updateLoop.start();
       // Not awaited: the backend must come up (and be judged healthy) while the helper still waits.
       await this.outcomeLoop.start();
-      this.started.push('self-update');
     }
+    if (groups.includes('observer')) await this.observer.start();
   }
 
   async stop(): Promise<void> {
     clearInterval(this.sweeper);
     this.abort.abort();
+    await this.observer.stop();
     await Promise.all([this.jobLoop.stop(), this.cancelLoop.stop(), this.updateLoop.stop(), this.outcomeLoop.stop()]);
   }
 

@@ -15,7 +15,7 @@ import { RecentLines, SecretSet } from './logger.ts';
 import { ServiceTokens } from './adapters/secrets.ts';
 import { engineFacts } from './adapters/diagnostics.ts';
 import { Controllers } from '../controllers/index.ts';
-import { Observer } from '../controllers/observer.ts';
+import type { Observer } from '../controllers/observer.ts';
 import { resolveChannel } from './config.ts';
 import { DockerSelfUpdateEngine, type SelfUpdateEngine } from './adapters/self-update.ts';
 import { machineCharts } from './state/machine-instances.ts';
@@ -82,6 +82,12 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     waitTimeoutSeconds: settings.SELF_UPDATE_WAIT_TIMEOUT_SECONDS,
   };
   const selfUpdateEngine = opts.selfUpdateEngine ?? new DockerSelfUpdateEngine(docker, selfUpdateSettings, runtime);
+  const platform: PlatformPort = {
+    project: settings.PLATFORM_PROJECT,
+    services: () => platformFiles.services(),
+    containers: () => projectContainers(docker, settings.PLATFORM_PROJECT),
+    readEnv: () => platformFiles.readEnv(),
+  };
   const workerId = `${hostname()}:${process.pid}`;
   const controllers = new Controllers({
     db: database.db,
@@ -100,26 +106,17 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       migrateHostScriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
     },
     selfUpdate: { engine: selfUpdateEngine, runtime, settings: selfUpdateSettings, channel: settings.INSTALLER_CHANNEL },
-  });
-  const platform: PlatformPort = {
-    project: settings.PLATFORM_PROJECT,
-    services: () => platformFiles.services(),
-    containers: () => projectContainers(docker, settings.PLATFORM_PROJECT),
-    readEnv: () => platformFiles.readEnv(),
-  };
-  const observer = new Observer({
-    db: database.db,
-    listen: (c, n) => database.listen(c, n),
-    logger,
-    runtime,
-    platform,
-    seal: (plain) => sealer.seal(plain),
-    installerProject: settings.INSTALLER_PROJECT,
-    engine: { facts: () => engineFacts(docker), installerContainers: () => projectContainers(docker, settings.INSTALLER_PROJECT) },
-    selfUpdate: selfUpdateEngine,
-    repository: selfUpdateSettings.repository,
-    channelOf: (tag) => resolveChannel(settings, tag),
-    watch: (projects, onEvent, onEnd) => watchProjectEvents(docker, projects, onEvent, onEnd),
+    observe: {
+      runtime,
+      platform,
+      seal: (plain) => sealer.seal(plain),
+      installerProject: settings.INSTALLER_PROJECT,
+      engine: { facts: () => engineFacts(docker), installerContainers: () => projectContainers(docker, settings.INSTALLER_PROJECT) },
+      selfUpdate: selfUpdateEngine,
+      repository: selfUpdateSettings.repository,
+      channelOf: (tag) => resolveChannel(settings, tag),
+      watch: (projects, onEvent, onEnd) => watchProjectEvents(docker, projects, onEvent, onEnd),
+    },
   });
   const logs = new ContainerLogs(docker, { scrub, warn: (details, message) => logger.warn(details, message) });
   const users = userDirectory(database);
@@ -146,7 +143,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
   return {
     deps,
     controllers,
-    observer,
+    observer: controllers.observer,
     selfUpdateEngine,
     events,
     hostRunner,
@@ -157,9 +154,8 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       // The API's streams hear of events stored by whichever process runs the controllers.
       if (settings.INSTALLER_ROLE !== 'controllers') unfollow = await events.follow((c, n) => database.listen(c, n));
       if (settings.INSTALLER_ROLE !== 'api') {
+        // Every reconciler, the observer (the one writer of observed state) among them.
         await controllers.start();
-        // The observer is a controller: the one writer of observed state (docs/adr/0023-observed-state.md).
-        await observer.start();
       }
       // The embedded database is this process's alone: the `user` CLI hands its changes over here.
       if (database.kind === 'pglite') {
@@ -183,7 +179,6 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     async stop() {
       await closeLocalSocket?.();
       closeLocalSocket = undefined;
-      await observer.stop();
       await controllers.stop();
       await unfollow?.();
       unfollow = undefined;
