@@ -180,4 +180,22 @@ describe('the read endpoints answer from observed rows', () => {
     expect(after).toMatchObject({ updateAvailable: false, currentDigest: 'sha256:new', remoteDigest: 'sha256:new', composeChanged: false });
     expect((await readObserved(db, 'channel'))!.requestedGeneration).toBe(gen + 1);
   });
+
+  it('GET /api/system/self-update-check: a channel row observed before the last update ended is read again (a rollback keeps the build)', async () => {
+    const db = t.db.database.db;
+    const channel = (remote: string): ObservedData['channel'] => ({ channel: 'dev', currentDigest: 'sha256:new', remoteDigest: remote, composeChanged: false, errors: [] });
+    observer.world.channel = channel('sha256:new');
+    expect(await get('/api/system/self-update-check')).toMatchObject({ updateAvailable: false, remoteDigest: 'sha256:new' });
+    // A build is published, updated to, and rolled back: the same build runs, the row is young.
+    observer.world.channel = channel('sha256:crashes');
+    const requestId = '00000000-0000-4000-8000-0000000000aa';
+    await db.insertInto('self_update_requests').values({ request_id: requestId, actor: 'admin', actor_email: null }).execute();
+    await db.insertInto('self_update_status').values({
+      request_id: requestId, phase: 'rolled-back', conditions: '[]', action_id: '1', target_digest: 'sha256:crashes', detail: 'rolled back', finished_at: new Date(),
+    }).execute();
+    const gen = (await readObserved(db, 'channel'))!.requestedGeneration;
+    const after = await get('/api/system/self-update-check');
+    expect(after).toMatchObject({ updateAvailable: true, currentDigest: 'sha256:new', remoteDigest: 'sha256:crashes', lastUpdate: { status: 'rolled-back' } });
+    expect((await readObserved(db, 'channel'))!.requestedGeneration).toBe(gen + 1);
+  });
 });

@@ -52,7 +52,9 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
       // here (docs/adr/0023-observed-state.md).
       const bounds = freshness(settings);
       const [installer, last] = await Promise.all([readFresh(db, 'installer', bounds.fast), lastUpdate(db)]);
-      let row = await readFresh(db, 'channel', bounds.channel);
+      // A row observed before the last update ended (or began, while it runs) is stale too: an
+      // update, completed or rolled back, changes what the check compares.
+      let row = await readFresh(db, 'channel', { ...bounds.channel, notBefore: last.at ? new Date(last.at) : null });
       // Observed by a process on another build (before a self-update): the running build and the
       // compose file it was installed with are not what the row compared; read the channel again.
       if (row?.data && installer?.data && row.data.currentDigest !== installer.data.digest) {
