@@ -2,9 +2,10 @@
 // a steady stream of authenticated requests, and the database stopped (fast shutdown), killed
 // (SIGKILL) and paused (connections stay open, nothing answers). Meanwhile /api/health answers
 // 503 {status: error, db: down} and DB-backed requests answer 503 `unavailable` within a bound,
-// never a 500 and never a hang; afterwards the same process answers 200 again, all three LISTEN
-// connections (jobs, self-update requests, user changes) are back and a new job runs (docs/adr/0012-dependency-faults.md). Measured figures
-// are printed with the prefix `faults-db:`.
+// never a 500 and never a hang; afterwards the same process answers 200 again, every LISTEN
+// connection (job requests, job events, observation requests, self-update requests, user changes)
+// is back and a new job runs (docs/adr/0012-dependency-faults.md). Measured figures are printed
+// with the prefix `faults-db:`.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cpSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -77,7 +78,9 @@ beforeAll(async () => {
 });
 
 /** The controllers' two channels and the user directory's (token revocation across processes). */
-const CHANNELS = ['LISTEN deployment_jobs', 'LISTEN installer_users', 'LISTEN self_update_requests'];
+// One connection per channel (the reconcilers of one channel share it): job requests, user changes,
+// stored job events (the API's streams), observation requests (the observer), self-update requests.
+const CHANNELS = ['LISTEN deployment_jobs', 'LISTEN installer_users', 'LISTEN job_events', 'LISTEN observed_refresh', 'LISTEN self_update_requests'];
 
 async function listeners(): Promise<string[]> {
   const rows = await pgc!.query<{ query: string }>("select query from pg_stat_activity where application_name = 'installer' and query ilike 'LISTEN %' order by query");
