@@ -272,3 +272,9 @@ export async function queueState(db: Conn): Promise<{ running: string[]; queueSi
   const rows = await db.selectFrom('deployment_job_status').select(['job_id', 'phase']).where('phase', 'in', ['queued', 'running']).execute();
   return { running: rows.filter((r) => r.phase === 'running').map((r) => r.job_id), queueSize: rows.filter((r) => r.phase === 'queued').length };
 }
+
+/** When the most recent job ended (null before any did): rows observed earlier may be stale, since jobs change the platform. */
+export async function lastJobEnd(db: Conn): Promise<Date | null> {
+  const row = await db.selectFrom('deployment_job_status').select((eb) => eb.fn.max('finished_at').as('at')).executeTakeFirst();
+  return row?.at ? new Date(row.at) : null;
+}

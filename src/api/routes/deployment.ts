@@ -6,7 +6,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { ageFields, freshness } from '../observed-reads.ts';
 import { ageOf, readFresh } from '../../state/observed.ts';
-import { createJob, getJob, listJobs, requestCancel, type JobView } from '../../state/jobs.ts';
+import { createJob, getJob, lastJobEnd, listJobs, requestCancel, type JobView } from '../../state/jobs.ts';
 import { actionExists, AuditTrailPages, listActionsPage, type ActionFilter, type ActionRow } from '../../state/actions.ts';
 import { ACTION_KINDS, ACTION_STATUSES, type ActionKind, type ActionStatus } from '../../contracts/audit.ts';
 import { parseInstant } from './logs.ts';
@@ -432,8 +432,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
     async () => {
       // The containers as the observer last saw them; a row observed before the latest job ended is
       // stale too, so a client that waited for its job then reads the job's result.
-      const lastEnd = await db.selectFrom('deployment_job_status').select((eb) => eb.fn.max('finished_at').as('at')).executeTakeFirst();
-      const row = await readFresh(db, 'platform', { ...freshness(app.deps.settings).fast, notBefore: lastEnd?.at ? new Date(lastEnd.at) : null });
+      const row = await readFresh(db, 'platform', { ...freshness(app.deps.settings).fast, notBefore: await lastJobEnd(db) });
       const containers = row?.data?.containers ?? [];
       const engineError = row ? row.data?.engineError : 'the platform has not been observed yet: no observer answered in time';
       const active = await listJobs(db, { limit: 200, phases: ['queued', 'running'] });
@@ -472,8 +471,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
     async () => {
       // The .env as the observer last read it (sealed in its row); a row read before the latest job
       // ended is stale, since deploy and apply-config write the file.
-      const lastEnd = await db.selectFrom('deployment_job_status').select((eb) => eb.fn.max('finished_at').as('at')).executeTakeFirst();
-      const row = await readFresh(db, 'platformEnv', { ...freshness(app.deps.settings).fast, notBefore: lastEnd?.at ? new Date(lastEnd.at) : null });
+      const row = await readFresh(db, 'platformEnv', { ...freshness(app.deps.settings).fast, notBefore: await lastJobEnd(db) });
       if (!row?.data) throw unavailable('cannot read the platform .env: it has not been observed yet (no controllers answered in time)');
       if (row.data.sealed === null) throw unavailable(`cannot read the platform .env: ${row.data.error ?? 'unknown error'}`);
       const current = JSON.parse(app.deps.sealer.open(row.data.sealed)) as { key: string; value: string }[];
