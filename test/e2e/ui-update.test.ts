@@ -44,6 +44,8 @@ interface Stand {
   /** What GET /api/health does now. */
   healthUp: boolean;
   check: Record<string, unknown>;
+  /** What GET /api/system/self-update-check does now: answer, or refuse the connection. */
+  checkUp: boolean;
   starts: number;
   documents: number;
 }
@@ -55,6 +57,7 @@ async function standIn(page: Page, opts: { realStart?: boolean } = {}): Promise<
     health: [],
     healthUp: true,
     check: { updateAvailable: true, currentDigest: CURRENT, remoteDigest: REMOTE, composeChanged: false, lastUpdate: { status: null, detail: null, at: null, targetDigest: null } },
+    checkUp: true,
     starts: 0,
     documents: 0,
   };
@@ -63,7 +66,8 @@ async function standIn(page: Page, opts: { realStart?: boolean } = {}): Promise<
   });
   await page.route('**/api/system/self-update-check', async (route: Route) => {
     s.checks++;
-    await route.fulfill({ json: s.check });
+    if (s.checkUp) await route.fulfill({ json: s.check });
+    else await route.abort('connectionrefused');
   });
   if (!opts.realStart) {
     await page.route('**/api/system/self-update', async (route: Route) => {
@@ -143,6 +147,32 @@ describe('update pill', () => {
       await shoot(page, 'update-dialog', { doc: true });
       await dialog.getByRole('button', { name: 'Cancel' }).click();
       expect(await dialog.count()).toBe(0);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it('a check that fails on load is tried again every 5 s until it answers, then every 30 minutes', async () => {
+    const { context, page } = await newPage(browser);
+    try {
+      await useToken(context, await t.token('viewer'));
+      const s = await standIn(page);
+      s.checkUp = false;
+      await openApp(page, s);
+      await poll(() => page.getByTestId('update-check').textContent()).toContain('the check failed');
+      expect(await page.getByTestId('last-update').textContent()).toContain('never updated');
+      await page.clock.pauseAt(T0 + MIN);
+      const before = s.checks;
+      await advance(page, 5_000);
+      await poll(() => s.checks).toBe(before + 1);
+      s.checkUp = true;
+      s.check = { ...s.check, lastUpdate: { status: 'rolled-back', detail: 'the new build never became healthy', at: new Date(T0).toISOString(), targetDigest: REMOTE } };
+      await advance(page, 5_000);
+      await poll(() => s.checks).toBe(before + 2);
+      await poll(() => page.getByTestId('last-update').textContent()).toContain('rolled-back');
+      // Answered: the next check is the scheduled one, not another 5 s retry.
+      await advance(page, 10 * MIN);
+      expect(s.checks).toBe(before + 2);
     } finally {
       await context.close();
     }

@@ -1,5 +1,6 @@
 // The installer updating itself, as the interface handles it (spec "Interface behavior during an
-// update", "Limits"): the update check on load and every 30 minutes, and, once an update has
+// update", "Limits"): the update check on load and every 30 minutes (one that failed again after
+// 5 s), and, once an update has
 // started, an overlay that polls GET /api/health every 3 s, reloads after a real downtime gap
 // (health failing at least once, then answering again) or after about 20 s of answers without one,
 // and gives up after 10 minutes. Plain classes with an injectable clock and timing, so tests run
@@ -13,7 +14,7 @@ export const UPDATE_TIMING = {
   pollEveryMs: 3_000,
   /** Without a downtime gap seen, reload after this long (the restart may fall between two polls). */
   settleMs: 20_000,
-  /** While the last update's outcome is not decided yet (its helper still runs), check this often. */
+  /** While the last update's outcome is not decided yet (its helper still runs), or after a check failed, check this often. */
   followEveryMs: 5_000,
   /** Give up waiting after this long. */
   giveUpMs: 10 * 60_000,
@@ -100,6 +101,7 @@ export class UpdateChecker<T> {
   }
 
   private async once(): Promise<void> {
+    let failed = false;
     try {
       const r = await this.o.check();
       if (this.stopped) return;
@@ -108,10 +110,12 @@ export class UpdateChecker<T> {
     } catch (err) {
       if (this.stopped) return;
       this.o.onError?.(err);
-      // A check that fails while following (the installer restarting again, as in a rollback)
-      // keeps following: the outcome is still to come.
+      // A check that fails (the installer restarting, as when a page reloaded onto a build that a
+      // rollback then stops) is tried again soon rather than in 30 minutes; while following, the
+      // following goes on: the outcome is still to come.
+      failed = true;
     }
-    if (this.following && this.followTimer === null) {
+    if ((this.following || failed) && this.followTimer === null) {
       this.followTimer = this.clock.setTimeout(() => {
         this.followTimer = null;
         if (this.visibility.hidden()) this.owed = true;
