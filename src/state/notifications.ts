@@ -16,11 +16,6 @@ type Conn = Kysely<DB> | Transaction<DB>;
 
 export const NOTIFICATIONS_CHANNEL = 'notification_outbox';
 
-/** Runs `fn` in the caller's transaction, or in a new one. */
-async function inTransaction<T>(db: Conn, fn: (tx: Transaction<DB>) => Promise<T>): Promise<T> {
-  return db.isTransaction ? fn(db as Transaction<DB>) : db.transaction().execute(fn);
-}
-
 export interface NotificationInput {
   type: NotificationEvent;
   /** Names the event once: the same cause written twice queues nothing the second time. */
