@@ -8,7 +8,7 @@ import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { DB } from '../src/db/schema.ts';
 import type { Sealer } from '../src/state/platform-config.ts';
-import { claimNextDelivery, markAttemptFailed, markDelivered, nextDeliveryInMs, type ClaimedDelivery } from '../src/state/notifications.ts';
+import { claimNextDelivery, markAttemptFailed, markDelivered, nextDeliveryInMs, urlForAudit, type ClaimedDelivery } from '../src/state/notifications.ts';
 import { sendWebhook, type SendOutcome } from '../src/adapters/webhook-sender.ts';
 
 export interface RetryPolicy {
@@ -66,7 +66,7 @@ export class NotificationsReconciler {
     } catch (err) {
       outcome = { ok: false, status: null, error: `not sent: ${(err as Error).message}` };
     }
-    const fields = { delivery: c.idempotencyKey, event: c.eventType, endpoint: originOf(c.url), attempt: c.attempts };
+    const fields = { delivery: c.idempotencyKey, event: c.eventType, endpoint: urlForAudit(c.url), attempt: c.attempts };
     if (outcome.ok) {
       await markDelivered(db, c.id, outcome.status);
       logger.info({ ...fields, status: outcome.status }, 'webhook delivered');
@@ -93,11 +93,3 @@ export class NotificationsReconciler {
   }
 }
 
-/** Where a delivery went, for log lines: the URL's origin, never its path or query (they may hold a token). */
-function originOf(url: string): string {
-  try {
-    return new URL(url).origin;
-  } catch {
-    return 'invalid URL';
-  }
-}

@@ -56,6 +56,19 @@ const toEndpoint = (r: EndpointRow): EndpointView => ({
   id: r.id, url: r.url, enabled: r.enabled, createdBy: r.created_by, createdAt: new Date(r.created_at), updatedAt: new Date(r.updated_at),
 });
 
+/**
+ * A webhook URL as the audit trail and the logs show it: its origin only. Many receivers put a
+ * token in the path or query (chat webhooks do), and viewers read the audit trail.
+ */
+export function urlForAudit(url: string): string {
+  try {
+    const u = new URL(url);
+    return u.pathname === '/' && !u.search ? u.origin : `${u.origin}/…`;
+  } catch {
+    return '(invalid URL)';
+  }
+}
+
 /** A new signing secret: 32 random bytes, hex, with a prefix that says what it is. */
 export function newWebhookSecret(): string {
   return `whsec_${randomBytes(32).toString('hex')}`;
@@ -76,7 +89,7 @@ export async function addEndpoint(db: Kysely<DB>, sealer: Sealer, input: { url: 
       .values({ id, url: input.url, secret_sealed: sealer.seal(secret), created_by: input.actor.id })
       .returning(endpointColumns)
       .executeTakeFirstOrThrow();
-    await recordCompleted(tx, { kind: 'webhook', actor: input.actor, detail: `added webhook ${id} (${input.url})` });
+    await recordCompleted(tx, { kind: 'webhook', actor: input.actor, detail: `added webhook ${id} (${urlForAudit(input.url)})` });
     return r;
   });
   return { endpoint: toEndpoint(row as EndpointRow), secret };
@@ -94,7 +107,7 @@ export async function changeEndpoint(db: Kysely<DB>, id: string, change: { url?:
       .returning(endpointColumns)
       .executeTakeFirstOrThrow();
     const what: string[] = [];
-    if (change.url !== undefined && change.url !== before.url) what.push(`url ${before.url} -> ${change.url}`);
+    if (change.url !== undefined && change.url !== before.url) what.push(`url ${urlForAudit(before.url)} -> ${urlForAudit(change.url)}`);
     if (change.enabled !== undefined && change.enabled !== before.enabled) what.push(change.enabled ? 'enabled' : 'disabled');
     if (what.length) await recordCompleted(tx, { kind: 'webhook', actor, detail: `changed webhook ${id}: ${what.join(', ')}` });
     // Enabled again: what it is still owed is due now.
@@ -108,7 +121,7 @@ export async function removeEndpoint(db: Kysely<DB>, id: string, actor: Actor): 
   await db.transaction().execute(async (tx) => {
     const r = await tx.deleteFrom('webhook_endpoints').where('id', '=', id).returning('url').executeTakeFirst();
     if (!r) throw notFound(`no webhook endpoint ${id}`);
-    await recordCompleted(tx, { kind: 'webhook', actor, detail: `removed webhook ${id} (${r.url})` });
+    await recordCompleted(tx, { kind: 'webhook', actor, detail: `removed webhook ${id} (${urlForAudit(r.url)})` });
   });
 }
 
@@ -124,7 +137,7 @@ export async function enqueueTest(db: Kysely<DB>, id: string, actor: Actor): Pro
       .insertInto('notification_outbox')
       .values({ endpoint_id: id, event_id: eventId, idempotency_key: idempotencyKey, event_type: 'test', body: JSON.stringify(body) })
       .execute();
-    await recordCompleted(tx, { kind: 'webhook', actor, detail: `test event for webhook ${id} (${ep.url})` });
+    await recordCompleted(tx, { kind: 'webhook', actor, detail: `test event for webhook ${id} (${urlForAudit(ep.url)})` });
     await sql`select pg_notify(${NOTIFICATIONS_CHANNEL}, ${eventId})`.execute(tx);
     return { eventId, idempotencyKey };
   });
