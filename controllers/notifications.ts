@@ -45,9 +45,12 @@ export class NotificationsReconciler {
 
   constructor(private readonly d: NotificationsDeps) {}
 
-  /** How long a claimed row is held: the request's timeout and a margin to record its outcome. */
+  /**
+   * How long a claimed row is held: well past the request's timeout, with a margin to record the
+   * outcome. A process killed mid-send delays that row's retry by this much at most.
+   */
   private get leaseMs(): number {
-    return this.d.timeoutMs + 30_000;
+    return 2 * this.d.timeoutMs + 5_000;
   }
 
   async claim(): Promise<ClaimedDelivery | undefined> {
