@@ -148,7 +148,7 @@ describe('webhook endpoints from the API', () => {
     const notUuid = await call('PATCH', '/api/notifications/webhooks/not-an-id', admin, { enabled: false });
     expect(notUuid.statusCode).toBe(400);
     expect(notUuid.json().message).toMatch(/id must be a webhook endpoint id/);
-    for (const q of ['limit=0', 'limit=x', 'limit=501', 'status=lost', 'endpointId=x', 'other=1']) {
+    for (const q of ['limit=0', 'limit=x', 'limit=501', 'status=lost', 'endpointId=x']) {
       const res = await call('GET', `/api/notifications/deliveries?${q}`, admin);
       expect(res.statusCode, q).toBe(400);
     }

@@ -157,8 +157,16 @@ export const notificationRoutes: FastifyPluginAsyncZod = async (app) => {
       schema: {
         tags: ['notifications'],
         summary: 'Recent deliveries, newest first: pending (with the next attempt), delivered, or failed (gave up)',
-        querystring: z.strictObject({
-          limit: z.coerce.number({ error: 'limit must be a number' }).int('limit must be a whole number').min(1, 'limit must be at least 1').max(500, 'limit must be at most 500').default(100),
+        // Like every read, unknown parameters are ignored.
+        querystring: z.object({
+          // Decimal digits only: Number() would also take ' 5', '5.0', '0x10' and '1e2'.
+          limit: z
+            .string()
+            .regex(/^\d{1,9}$/, 'limit must be a whole number')
+            .transform(Number)
+            .pipe(z.number().min(1, 'limit must be at least 1').max(500, 'limit must be at most 500'))
+            .default(100)
+            .describe('Rows to return (default 100, at most 500)'),
           endpointId: z.uuid({ error: 'endpointId must be a webhook endpoint id (a UUID)' }).optional(),
           status: z.enum(['pending', 'delivered', 'failed'], { error: 'status must be pending, delivered or failed' }).optional(),
         }),
