@@ -1,14 +1,15 @@
 // The Notifications page in real headless Chromium against the real backend (no Docker engine):
 // an admin adds a webhook (a bad URL is refused naming the rule), sees its secret once, sends a
 // test that a real local receiver gets signed with that secret, watches the delivery turn
-// delivered, disables and removes the webhook; a viewer is not allowed there.
+// delivered (the page passing axe-core's serious and critical rules), disables and removes the
+// webhook; a viewer is not allowed there.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import { createHmac } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Browser } from 'playwright-core';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
-import { ensureUiBuilt, launchChromium, newPage, shoot, signIn } from '../helpers/e2e/ui.ts';
+import { axeViolations, describeViolations, ensureUiBuilt, launchChromium, newPage, shoot, signIn } from '../helpers/e2e/ui.ts';
 
 let t: TestApp;
 let base: string;
@@ -42,7 +43,7 @@ afterAll(async () => {
 
 describe('notifications in the UI', () => {
   it('an admin adds a webhook, copies its secret, tests it, disables and removes it', async () => {
-    const { page } = await newPage(browser);
+    const { page } = await newPage(browser, { bypassCSP: true });
     await signIn(page, base, 'admin', '/notifications');
     await page.getByRole('heading', { name: 'Notifications' }).waitFor();
     await page.getByText('No webhook yet.').waitFor();
@@ -74,6 +75,8 @@ describe('notifications in the UI', () => {
     const delivery = page.locator(`tr[data-delivery="${String(hit.headers['x-installer-delivery'])}"]`);
     await poll(() => delivery.textContent(), 20_000).toContain('delivered');
     await shoot(page, 'notifications', { doc: true });
+    const violations = await axeViolations(page);
+    expect(violations, describeViolations('notifications', violations)).toEqual([]);
 
     await row.getByRole('button', { name: 'Disable' }).click();
     await poll(() => page.getByTestId('notifications-notice').textContent()).toContain('is disabled');

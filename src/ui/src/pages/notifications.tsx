@@ -201,7 +201,7 @@ export function NotificationsPage() {
       <section class="card" aria-labelledby="add-webhook-title">
         <h2 id="add-webhook-title">Add a webhook</h2>
         <form class="toolbar" onSubmit={(e) => void add(e)} data-testid="add-webhook">
-          <label>
+          <label class="url-field">
             URL
             <input name="url" type="url" value={url} autocomplete="off" spellcheck={false} placeholder="https://hooks.example.com/installer" onInput={(e) => setUrl(e.currentTarget.value)} aria-invalid={urlProblem} required />
           </label>
