@@ -56,7 +56,7 @@ export interface ControllersDeps {
     helperGraceMs?: number;
   };
   /** Webhook deliveries (docs/notifications.md); the endpoints' secrets are opened with `jobs.sealer`. */
-  notifications: { timeoutMs: number; retry: RetryPolicy };
+  notifications: { timeoutMs: number; retry: RetryPolicy; scrub?: (text: string) => string };
 }
 
 /** Which controllers to start: all of them by default. */

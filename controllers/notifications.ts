@@ -26,6 +26,11 @@ export interface NotificationsDeps {
   sealer: Sealer;
   timeoutMs: number;
   retry: RetryPolicy;
+  /**
+   * The process's secret scrubber: a body leaves the machine, and a job's detail (say) may quote a
+   * secret the job printed. Applied to the body before it is signed and sent.
+   */
+  scrub?: (text: string) => string;
   send?: (d: Parameters<typeof sendWebhook>[0], opts: { timeoutMs: number }) => Promise<SendOutcome>;
 }
 
@@ -65,7 +70,8 @@ export class NotificationsReconciler {
     let outcome: SendOutcome;
     try {
       const secret = this.d.sealer.open(c.secretSealed);
-      outcome = await (this.d.send ?? sendWebhook)({ url: c.url, secret, eventType: c.eventType, idempotencyKey: c.idempotencyKey, body: c.body }, { timeoutMs: this.d.timeoutMs });
+      const body = this.d.scrub ? this.d.scrub(c.body) : c.body;
+      outcome = await (this.d.send ?? sendWebhook)({ url: c.url, secret, eventType: c.eventType, idempotencyKey: c.idempotencyKey, body }, { timeoutMs: this.d.timeoutMs });
     } catch (err) {
       outcome = { ok: false, status: null, error: `not sent: ${(err as Error).message}` };
     }

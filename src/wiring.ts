@@ -109,6 +109,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     notifications: {
       timeoutMs: settings.WEBHOOK_TIMEOUT_MS,
       retry: { baseMs: settings.WEBHOOK_RETRY_BASE_MS, maxMs: settings.WEBHOOK_RETRY_MAX_MS, giveUpMs: settings.WEBHOOK_GIVE_UP_MINUTES * 60_000 },
+      scrub,
     },
     observe: {
       runtime,

@@ -208,6 +208,25 @@ describe('deliveries', () => {
     }
   });
 
+  it('a failed job reaches the receiver as job.failed, with any secret in its detail scrubbed', async () => {
+    const r = await receiver();
+    try {
+      const { id, secret } = await addEndpoint(r.url);
+      const db = t.db.database.db;
+      const jobId = await createJob(db, { kind: 'restart', params: {}, actor: { id: 'operator' } });
+      await finishJob(db, jobId, { phase: 'failed', detail: `compose printed ${TEST_SECRETS.SERVICE_TOKEN}`, exitCode: 1 });
+      await settled(() => expect(r.got.some((g) => g.headers['x-installer-event'] === 'job.failed')).toBe(true));
+      const got = r.got.find((g) => g.headers['x-installer-event'] === 'job.failed')!;
+      expect(got.body).not.toContain(TEST_SECRETS.SERVICE_TOKEN);
+      expect(JSON.parse(got.body)).toMatchObject({ id: `job.failed:${jobId}`, type: 'job.failed', data: { jobId, kind: 'restart', actor: 'operator', detail: 'compose printed [REDACTED]', exitCode: 1 } });
+      // Signed as sent.
+      expect(got.headers['x-installer-signature']).toBe(`sha256=${createHmac('sha256', secret).update(got.body).digest('hex')}`);
+      await call('DELETE', `/api/notifications/webhooks/${id}`, admin);
+    } finally {
+      r.server.close();
+    }
+  });
+
   it('retries an endpoint that answers 500 or redirects, with the same key, until it answers 2xx', async () => {
     let n = 0;
     const r = await receiver(() => [500, 302, 503, 204][Math.min(n++, 3)]!);
