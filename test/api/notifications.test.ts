@@ -19,7 +19,7 @@ const settled = (check: () => unknown, opts: { timeoutMs?: number } = {}) =>
     return true;
   }, 'the expectation to hold', opts.timeoutMs ?? 10_000);
 import { createJob, finishJob } from '../../src/state/jobs.ts';
-import { enqueueNotification } from '../../src/state/notifications.ts';
+import { enqueueNotification, pruneOutbox } from '../../src/state/notifications.ts';
 import { retryDelayMs } from '../../controllers/notifications.ts';
 import { notificationOf } from '../../controllers/self-update-outcome.ts';
 
@@ -321,6 +321,25 @@ describe('events queued with the change that causes them', () => {
     await enqueueNotification(db, { type: 'update.available', eventId: `update.available:sha256:${'b'.repeat(64)}`, data: {} });
     const rows = await db.selectFrom('notification_outbox').select('event_id').where('endpoint_id', '=', id).execute();
     expect(rows.map((r) => r.event_id).sort()).toEqual([`update.available:${digest}`, `update.available:sha256:${'b'.repeat(64)}`]);
+    await call('DELETE', `/api/notifications/webhooks/${id}`, admin);
+  });
+
+  it('pruning keeps what is owed and the update.available rows, and drops old delivered and failed ones', async () => {
+    const db = t.db.database.db;
+    const { id } = await addEndpoint('http://127.0.0.1:9/prune');
+    await call('PATCH', `/api/notifications/webhooks/${id}`, admin, { enabled: false });
+    const rows = [
+      { event_id: 'old-delivered', event_type: 'job.failed', delivered_at: new Date('2020-01-02'), failed_at: null },
+      { event_id: 'old-failed', event_type: 'job.failed', delivered_at: null, failed_at: new Date('2020-01-03') },
+      { event_id: 'old-owed', event_type: 'job.failed', delivered_at: null, failed_at: null },
+      { event_id: 'update.available:sha256:old', event_type: 'update.available', delivered_at: new Date('2020-01-02'), failed_at: null },
+    ];
+    for (const r of rows) {
+      await db.insertInto('notification_outbox').values({ ...r, endpoint_id: id, idempotency_key: randomUUID(), body: '{}', created_at: new Date('2020-01-01') }).execute();
+    }
+    expect(await pruneOutbox(db, new Date('2020-02-01'))).toBe(2);
+    const left = await db.selectFrom('notification_outbox').select('event_id').where('endpoint_id', '=', id).execute();
+    expect(left.map((r) => r.event_id).sort()).toEqual(['old-owed', 'update.available:sha256:old']);
     await call('DELETE', `/api/notifications/webhooks/${id}`, admin);
   });
 
