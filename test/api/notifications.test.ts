@@ -35,16 +35,18 @@ afterAll(async () => t?.close());
 const call = (method: string, url: string, token: string, payload?: unknown) =>
   t.app.inject({ method: method as 'GET', url, headers: { authorization: `Bearer ${token}` }, ...(payload !== undefined ? { payload: payload as object } : {}) });
 
-interface Received { headers: IncomingMessage['headers']; body: string }
+interface Received { headers: IncomingMessage['headers']; body: string; path: string }
 async function receiver(answer: (r: Received) => number = () => 200): Promise<{ url: string; got: Received[]; server: Server }> {
   const got: Received[] = [];
   const server = createServer((req, res) => {
     let body = '';
     req.on('data', (d) => (body += d));
     req.on('end', () => {
-      const r = { headers: req.headers, body };
+      const r = { headers: req.headers, body, path: req.url ?? '' };
       got.push(r);
       res.statusCode = answer(r);
+      // A redirect names another path of this receiver: a request there would mean it was followed.
+      if (res.statusCode >= 300 && res.statusCode < 400) res.setHeader('location', '/elsewhere');
       res.end();
     });
   });
@@ -235,9 +237,10 @@ describe('deliveries', () => {
       const key = ((await call('POST', `/api/notifications/webhooks/${id}/test`, admin)).json() as { idempotencyKey: string }).idempotencyKey;
       await settled(() => expect(r.got.length).toBe(4), { timeoutMs: 10_000 });
       expect(new Set(r.got.map((g) => g.headers['x-installer-delivery']))).toEqual(new Set([key]));
+      expect(r.got.map((g) => g.path)).toEqual(['/hook', '/hook', '/hook', '/hook']);
       await settled(async () => {
         const [d] = (await call('GET', `/api/notifications/deliveries?endpointId=${id}`, admin)).json() as { status: string; attempts: number; lastStatus: number }[];
-        expect(d).toMatchObject({ status: 'delivered', attempts: 4, lastStatus: 204 });
+        expect(d).toMatchObject({ status: 'delivered', attempts: 4, lastStatus: 204, lastError: null });
       });
       await call('DELETE', `/api/notifications/webhooks/${id}`, admin);
     } finally {
