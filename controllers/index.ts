@@ -1,6 +1,6 @@
 // The controllers of one process: one reconciler per kind on the shared runtime. Job kinds run one
 // at a time through one claim loop (compose jobs and the host migration never overlap); cancels,
-// self-update requests and the self-update outcome each have their own. Reconcilers never import
+// self-update requests, the self-update outcome and webhook deliveries each have their own. Reconcilers never import
 // one another: they meet only in the database (rows, and NOTIFY to wake each other).
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
@@ -22,6 +22,9 @@ import { CancelJobReconciler } from './cancel-job.ts';
 import { SelfUpdateReconciler } from './self-update.ts';
 import { SelfUpdateOutcomeReconciler } from './self-update-outcome.ts';
 import { Observer, type ObserverDeps } from './observer.ts';
+import { NotificationsReconciler, type RetryPolicy } from './notifications.ts';
+import { NOTIFICATIONS_CHANNEL } from '../src/state/notifications.ts';
+import type { ClaimedDelivery } from '../src/state/notifications.ts';
 
 export interface ControllersDeps {
   db: Kysely<DB>;
@@ -52,10 +55,12 @@ export interface ControllersDeps {
     retryMs?: number;
     helperGraceMs?: number;
   };
+  /** Webhook deliveries (docs/notifications.md); the endpoints' secrets are opened with `jobs.sealer`. */
+  notifications: { timeoutMs: number; retry: RetryPolicy; scrub?: (text: string) => string };
 }
 
 /** Which controllers to start: all of them by default. */
-export type ControllerGroup = 'jobs' | 'self-update' | 'observer';
+export type ControllerGroup = 'jobs' | 'self-update' | 'observer' | 'notifications';
 
 export class Controllers {
   private readonly abort = new AbortController();
@@ -68,6 +73,8 @@ export class Controllers {
   private readonly cancelLoop: ClaimLoop<string>;
   private readonly updateLoop: ClaimLoop<string>;
   private readonly outcomeLoop: ClaimLoop<never>;
+  private readonly notifications: NotificationsReconciler;
+  private readonly notifyLoop: ClaimLoop<ClaimedDelivery>;
   /** The one writer of observed state; tests start it alone (it claims nothing, see its file). */
   readonly observer: Observer;
   private sweeper: NodeJS.Timeout | undefined;
@@ -126,6 +133,15 @@ export class Controllers {
       },
       reconcile: async () => {},
     });
+    this.notifications = new NotificationsReconciler({ db: d.db, logger: d.logger.child({ controller: 'notifications' }), sealer: d.jobs.sealer, ...d.notifications });
+    this.notifyLoop = new ClaimLoop<ClaimedDelivery>({
+      ...common,
+      name: 'notifications',
+      channels: [NOTIFICATIONS_CHANNEL],
+      claim: () => this.notifications.claim(),
+      reconcile: (delivery) => this.notifications.reconcile(delivery),
+    });
+    this.notifications.wake = () => this.notifyLoop.wake();
   }
 
   private async chartOf(jobId: string): Promise<string> {
@@ -134,7 +150,7 @@ export class Controllers {
   }
 
   /** Starts the given controllers (all by default). Call once the database is migrated. */
-  async start(groups: ControllerGroup[] = ['jobs', 'self-update', 'observer']): Promise<void> {
+  async start(groups: ControllerGroup[] = ['jobs', 'self-update', 'observer', 'notifications']): Promise<void> {
     if (groups.includes('jobs')) {
       await closeInterruptedJobs({ db: this.d.db, events: this.d.events, logger: this.d.logger.child({ controller: 'jobs' }) }, (j) => this.composeJob.stopLeftover(j));
       await this.jobLoop.start();
@@ -150,13 +166,15 @@ export class Controllers {
       await this.outcomeLoop.start();
     }
     if (groups.includes('observer')) await this.observer.start();
+    if (groups.includes('notifications')) await this.notifyLoop.start();
   }
 
   async stop(): Promise<void> {
     clearInterval(this.sweeper);
     this.abort.abort();
     await this.observer.stop();
-    await Promise.all([this.jobLoop.stop(), this.cancelLoop.stop(), this.updateLoop.stop(), this.outcomeLoop.stop()]);
+    this.notifications.stop();
+    await Promise.all([this.jobLoop.stop(), this.cancelLoop.stop(), this.updateLoop.stop(), this.outcomeLoop.stop(), this.notifyLoop.stop()]);
   }
 
   /** The outcome's reconciliation, run now if an update's helper is running (tests and the boot). */

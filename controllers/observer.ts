@@ -18,6 +18,7 @@ import {
   type ObservedData,
   type ObservedKey,
 } from '../src/state/observed.ts';
+import { enqueueNotification } from '../src/state/notifications.ts';
 import type { Listen } from './runtime/claim-loop.ts';
 
 export interface ObserverDeps {
@@ -242,7 +243,13 @@ export class Observer {
         observedAt: at,
       },
     ];
-    await writeObserved(db, 'channel', { data: { channel, currentDigest, remoteDigest, composeChanged, errors }, conditions, ...begun });
+    await db.transaction().execute(async (tx) => {
+      await writeObserved(tx, 'channel', { data: { channel, currentDigest, remoteDigest, composeChanged, errors }, conditions, ...begun });
+      // Once per remote digest (the event id names it): every later observation of it queues nothing.
+      if (updateAvailable) {
+        await enqueueNotification(tx, { type: 'update.available', eventId: `update.available:${remoteDigest}`, data: { channel, currentDigest, remoteDigest, composeChanged } });
+      }
+    });
     const registry: ObservedData['registry'] = failure
       ? { reachable: failure.missing, error: failure.message }
       : { reachable: remoteDigest !== null ? true : null };

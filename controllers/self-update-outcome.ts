@@ -11,10 +11,11 @@ import { currentMigration } from '../src/db/migrate.ts';
 import { auditTrailChanged, recordFinished } from '../src/state/actions.ts';
 import { pendingReconciliation, updateSelfUpdate } from '../src/state/self-update.ts';
 import { startReconcileRun, updateReconcileRun } from '../src/state/reconcile-runs.ts';
+import { enqueueNotification } from '../src/state/notifications.ts';
 import { HELPER_NAME, type SelfUpdateEngine } from '../src/adapters/self-update.ts';
 import {
   BOOT_RECONCILE_CHART_VERSION, bootReconcileMachine, CHANGED_SCHEMA, helperReason, phaseOfOutcome,
-  type HelperOutcome, type PendingUpdate, type RecordInput, type RepointInput, type RunningNow, type UndecidedInput,
+  type HelperOutcome, type PendingUpdate, type ReconcileOutcome, type RecordInput, type RepointInput, type RunningNow, type UndecidedInput,
 } from '../machines/boot-reconcile.machine.ts';
 import { OrderedWrites, runChart } from './runtime/run-chart.ts';
 
@@ -29,6 +30,16 @@ export interface SelfUpdateOutcomeDeps {
   signal: AbortSignal;
   /** Pause between reconciliation attempts when the engine or the database does not answer. */
   retryMs?: number;
+}
+
+/**
+ * The notification an outcome sends: a build that stuck completed; one rolled back rolled back,
+ * unless the helper itself reported that the rollback failed too; a restart on neither build failed.
+ */
+export function notificationOf(outcome: ReconcileOutcome, helperStatus: HelperOutcome['status']): 'self-update.completed' | 'self-update.rolled-back' | 'self-update.failed' {
+  if (outcome === 'completed') return 'self-update.completed';
+  if (outcome === 'neither' || helperStatus === 'failed') return 'self-update.failed';
+  return 'self-update.rolled-back';
 }
 
 export class SelfUpdateOutcomeReconciler {
@@ -101,6 +112,10 @@ export class SelfUpdateOutcomeReconciler {
         const changed = await db.transaction().execute(async (tx) => {
           if (!(await updateSelfUpdate(tx, p.requestId, { phase: 'undecided', detail, helperExitCode: exitCode, finished: true }, ['helper-running']))) return false;
           if (p.actionId) await recordFinished(tx, p.actionId, { status: 'failed', exitCode, detail });
+          await enqueueNotification(tx, {
+            type: 'self-update.failed', eventId: `self-update.failed:${p.requestId}`,
+            data: { requestId: p.requestId, outcome: 'undecided', targetDigest: p.targetDigest, detail, helperExitCode: exitCode },
+          });
           return true;
         });
         auditTrailChanged();
@@ -112,6 +127,16 @@ export class SelfUpdateOutcomeReconciler {
         const changed = await db.transaction().execute(async (tx) => {
           if (!(await updateSelfUpdate(tx, p.requestId, { phase, detail, helperExitCode: helper.exitCode, finished: true }, ['helper-running']))) return false;
           if (p.actionId) await recordFinished(tx, p.actionId, { status: outcome === 'completed' ? 'completed' : 'failed', exitCode: helper.exitCode, detail });
+          // Notifications go with the outcome, in its transaction (docs/notifications.md).
+          const data = { requestId: p.requestId, outcome: phase, targetDigest: p.targetDigest, runningDigest: input.now.digest, detail, helperStatus: helper.status, helperExitCode: helper.exitCode };
+          const type = notificationOf(outcome, helper.status);
+          await enqueueNotification(tx, { type, eventId: `${type}:${p.requestId}`, data });
+          if (outcome === 'rolled-back-onto-changed-schema') {
+            await enqueueNotification(tx, {
+              type: 'self-update.schema-alarm', eventId: `self-update.schema-alarm:${p.requestId}`,
+              data: { ...data, alarm: CHANGED_SCHEMA, preUpdateMigration: p.preUpdateMigration, schemaMigration: input.now.migration },
+            });
+          }
           return true;
         });
         auditTrailChanged();

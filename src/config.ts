@@ -97,6 +97,11 @@ export const settingsSchema = z.object({
   JOB_MEMORY_RETENTION_MINUTES: positiveInt.default(60),
   LOG_CLIENT_STALL_SECONDS: positiveInt.max(3600, 'must be at most 3600').default(30),
   /** How long a page of the audit trail is reused (ms); 0: every request reads the database (docs/adr/0014-audit-trail-reads.md). */
+  /** Webhook deliveries (docs/notifications.md): each request's timeout, the first retry's delay (doubling), the longest delay, and when to give up. */
+  WEBHOOK_TIMEOUT_MS: z.coerce.number().int('must be a whole number of milliseconds').min(100, 'must be at least 100').max(120_000, 'must be at most 120000').default(10_000),
+  WEBHOOK_RETRY_BASE_MS: z.coerce.number().int('must be a whole number of milliseconds').min(10, 'must be at least 10').max(3_600_000, 'must be at most 3600000').default(1_000),
+  WEBHOOK_RETRY_MAX_MS: z.coerce.number().int('must be a whole number of milliseconds').min(10, 'must be at least 10').max(86_400_000, 'must be at most 86400000').default(300_000),
+  WEBHOOK_GIVE_UP_MINUTES: z.coerce.number().min(0.01, 'must be more than 0').max(30 * 24 * 60, 'must be at most 43200 (30 days)').default(24 * 60),
   AUDIT_CACHE_MS: z.coerce.number().int('must be an integer').min(0, 'must be at least 0').max(5000, 'must be at most 5000').default(250),
 });
 

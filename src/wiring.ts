@@ -11,6 +11,7 @@ import { HostRunner } from './adapters/host-runner.ts';
 import { ContainerLogs } from './adapters/container-logs/index.ts';
 import { JobEventLog, pruneJobEvents } from './state/job-events.ts';
 import { Sealer } from './state/platform-config.ts';
+import { OUTBOX_RETENTION_DAYS, pruneOutbox } from './state/notifications.ts';
 import { RecentLines, SecretSet } from './logger.ts';
 import { ServiceTokens } from './adapters/secrets.ts';
 import { engineFacts } from './adapters/diagnostics.ts';
@@ -106,6 +107,11 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       migrateHostScriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
     },
     selfUpdate: { engine: selfUpdateEngine, runtime, settings: selfUpdateSettings, channel: settings.INSTALLER_CHANNEL },
+    notifications: {
+      timeoutMs: settings.WEBHOOK_TIMEOUT_MS,
+      retry: { baseMs: settings.WEBHOOK_RETRY_BASE_MS, maxMs: settings.WEBHOOK_RETRY_MAX_MS, giveUpMs: settings.WEBHOOK_GIVE_UP_MINUTES * 60_000 },
+      scrub,
+    },
     observe: {
       runtime,
       platform,
@@ -151,6 +157,9 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       const cutoff = new Date(Date.now() - settings.JOB_EVENT_RETENTION_DAYS * 86_400_000);
       const pruned = await pruneJobEvents(database.db, cutoff);
       if (pruned) logger.info({ pruned, olderThan: cutoff.toISOString() }, 'pruned old job events');
+      const outboxCutoff = new Date(Date.now() - OUTBOX_RETENTION_DAYS * 86_400_000);
+      const prunedDeliveries = await pruneOutbox(database.db, outboxCutoff);
+      if (prunedDeliveries) logger.info({ pruned: prunedDeliveries, olderThan: outboxCutoff.toISOString() }, 'pruned old webhook deliveries');
       // The API's streams hear of events stored by whichever process runs the controllers.
       if (settings.INSTALLER_ROLE !== 'controllers') unfollow = await events.follow((c, n) => database.listen(c, n));
       if (settings.INSTALLER_ROLE !== 'api') {

@@ -29,6 +29,7 @@ import { uiRoutes } from './ui.ts';
 import { systemRoutes } from './routes/system.ts';
 import { observabilityRoutes } from './routes/observability.ts';
 import { tlsRoutes } from './routes/tls.ts';
+import { notificationRoutes } from './routes/notifications.ts';
 import { InstallerMetrics, metricsPlugin } from './metrics.ts';
 
 export interface AppDeps {
@@ -189,6 +190,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await api.register(systemRoutes);
     await api.register(observabilityRoutes(metrics));
     await api.register(tlsRoutes);
+    await api.register(notificationRoutes);
   });
   // The operator UI, outside the /api context: its catch-all never answers for /api paths.
   await app.register(uiRoutes, deps.uiDir ? { root: deps.uiDir } : {});

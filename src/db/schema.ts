@@ -177,7 +177,38 @@ export interface ObservedStateTable {
   refresh_requested_at: Date | null;
 }
 
+/** An admin's webhook endpoint (docs/notifications.md); the secret is sealed with the encryption key. */
+export interface WebhookEndpointsTable {
+  id: string;
+  url: string;
+  secret_sealed: string;
+  enabled: Generated<boolean>;
+  created_by: string;
+  created_at: Generated<Date>;
+  updated_at: Generated<Date>;
+}
+
+/** One event owed to one endpoint: written with the change that caused it, delivered by the notifications reconciler. */
+export interface NotificationOutboxTable {
+  id: Generated<string>; // bigserial comes back as a string from pg
+  endpoint_id: string;
+  event_id: string;
+  idempotency_key: string;
+  event_type: string;
+  body: string;
+  attempts: Generated<number>;
+  next_attempt_at: Generated<Date>;
+  last_attempt_at: Date | null;
+  last_status: number | null;
+  last_error: string | null;
+  delivered_at: Date | null;
+  failed_at: Date | null;
+  created_at: Generated<Date>;
+}
+
 export interface DB {
+  webhook_endpoints: WebhookEndpointsTable;
+  notification_outbox: NotificationOutboxTable;
   observed_state: ObservedStateTable;
   users: UsersTable;
   deployment_actions: DeploymentActionsTable;

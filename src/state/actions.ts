@@ -50,6 +50,22 @@ async function insertStarted(db: Conn, a: StartAction): Promise<DeploymentAction
     .executeTakeFirstOrThrow();
 }
 
+/** An action that is done as it is recorded (an admin's change to settings): one row, `completed`. */
+export async function recordCompleted(db: Conn, a: StartAction): Promise<DeploymentAction> {
+  try {
+    return await db
+      .insertInto('deployment_actions')
+      .values({
+        kind: a.kind, status: 'completed', exit_code: null, actor: a.actor.id, actor_email: a.actor.email ?? null, detail: a.detail ?? null,
+        job_id: a.jobId ?? null, target_digest: a.targetDigest ?? null, schema_migration: a.schemaMigration ?? null, finished_at: new Date(),
+      })
+      .returningAll()
+      .executeTakeFirstOrThrow();
+  } finally {
+    writes++;
+  }
+}
+
 export async function recordFinished(
   db: Conn,
   id: string,

@@ -7,6 +7,7 @@ import type { Condition, DB, JobPhase } from '../db/schema.ts';
 import type { JobKind } from '../contracts/job-kinds.ts';
 import type { Actor } from '../auth/actor.ts';
 import { refuseConflicting } from './exclusion.ts';
+import { enqueueNotification } from './notifications.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
@@ -183,20 +184,39 @@ export async function updateJobStatus(db: Conn, jobId: string, patch: StatusPatc
     .execute();
 }
 
-/** Ends a job: phase completed or failed, with its detail and exit code. Only a running or queued job ends. */
+/**
+ * Ends a job: phase completed or failed, with its detail and exit code. Only a running or queued
+ * job ends. A job that fails queues a `job.failed` notification in the same transaction.
+ */
 export async function finishJob(
   db: Conn,
   jobId: string,
   outcome: { phase: 'completed' | 'failed'; detail: string | null; exitCode: number | null },
   from: readonly JobPhase[] = ['queued', 'running'],
 ): Promise<boolean> {
-  const res = await db
-    .updateTable('deployment_job_status')
-    .set({ phase: outcome.phase, detail: outcome.detail, exit_code: outcome.exitCode, finished_at: new Date(), updated_at: new Date(), runner_pid: null })
-    .where('job_id', '=', jobId)
-    .where('phase', 'in', from)
-    .executeTakeFirst();
-  return Number(res.numUpdatedRows) > 0;
+  const write = async (tx: Conn) => {
+    const res = await tx
+      .updateTable('deployment_job_status')
+      .set({ phase: outcome.phase, detail: outcome.detail, exit_code: outcome.exitCode, finished_at: new Date(), updated_at: new Date(), runner_pid: null })
+      .where('job_id', '=', jobId)
+      .where('phase', 'in', from)
+      .executeTakeFirst();
+    const ended = Number(res.numUpdatedRows) > 0;
+    if (ended && outcome.phase === 'failed') {
+      const job = await tx.selectFrom('deployment_jobs').select(['kind', 'actor', 'created_at']).where('job_id', '=', jobId).executeTakeFirst();
+      // A cancel request that finds its job already ended is not a failure anyone is paged for.
+      if (job && job.kind !== 'cancel-job') {
+        await enqueueNotification(tx, {
+          type: 'job.failed',
+          eventId: `job.failed:${jobId}`,
+          data: { jobId, kind: job.kind, actor: job.actor, detail: outcome.detail, exitCode: outcome.exitCode },
+        });
+      }
+    }
+    return ended;
+  };
+  if (outcome.phase !== 'failed' || db.isTransaction) return write(db);
+  return db.transaction().execute(write);
 }
 
 /** Records who asked to cancel a job; false when the job has already ended. */

@@ -11,6 +11,7 @@ import { TEST_SECRETS } from '../helpers/api/app.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { currentMigration } from '../../src/db/migrate.ts';
 import { getSelfUpdate, listSelfUpdates } from '../../src/state/self-update.ts';
+import { Sealer } from '../../src/state/platform-config.ts';
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };
@@ -278,7 +279,16 @@ describe('reconciling the outcome', () => {
   let db: TestDatabase;
   let first: SelfUpdateApp | undefined;
   let second: SelfUpdateApp | undefined;
-  beforeAll(async () => (db = await createTestDatabase()));
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    // A webhook endpoint (its port closed: deliveries wait), so that each outcome queues its notification.
+    await db.database.db.insertInto('webhook_endpoints').values({ id: crypto.randomUUID(), url: 'http://127.0.0.1:9/hook', secret_sealed: new Sealer(TEST_SECRETS.ENCRYPTION_KEY).seal('whsec_test'), created_by: 'test' }).execute();
+  });
+  /** The notifications queued about one update: event type → body data. */
+  const notified = async (requestId: string) =>
+    Object.fromEntries(
+      (await db.database.db.selectFrom('notification_outbox').select(['event_type', 'body']).where('event_id', 'like', `%:${requestId}`).execute()).map((r) => [r.event_type, JSON.parse(r.body).data]),
+    );
   afterEach(async () => {
     await second?.close({ drop: false });
     await first?.close({ drop: false });
@@ -325,10 +335,13 @@ describe('reconciling the outcome', () => {
     expect((await check(t)).warning).toBeUndefined();
     // The channel tag stays on the build that stuck.
     expect(engine.tags.get(`${REPO}:dev-latest`)).toBe('img-new');
+    expect(await notified(requestId)).toEqual({
+      'self-update.completed': expect.objectContaining({ requestId, outcome: 'completed', targetDigest: 'sha256:new', runningDigest: 'sha256:new', helperStatus: 'ok' }),
+    });
   });
 
   it('rolled back: the previous digest runs again; the reason comes from the helper', async () => {
-    const { engine } = await startUpdate();
+    const { engine, requestId } = await startUpdate();
     const t = await boot(engine, 'sha256:old', 'img-old', `${REPO}:rollback`);
     engine.helpers[0]!.finish(rolledBackExit);
     const last = await eventually(async () => ((await check(t)).lastUpdate.status !== 'started' ? (await check(t)).lastUpdate : null), 'an outcome');
@@ -345,11 +358,15 @@ describe('reconciling the outcome', () => {
     const c = await check(t);
     expect(c).toMatchObject({ updateAvailable: true, remoteDigest: 'sha256:new' });
     expect(c.warning).toMatch(/^the last update to sha256:new did not stick and was rolled back at .* \(rolled back: the switch to dev-latest failed .*\); updating again retries the same build$/);
+    expect(await notified(requestId)).toEqual({ 'self-update.rolled-back': expect.objectContaining({ outcome: 'rolled-back', detail: last.detail, helperStatus: 'rolled-back' }) });
+    // The channel offers a build other than the running one: update.available, once for that digest.
+    const available = await db.database.db.selectFrom('notification_outbox').select('event_id').where('event_type', '=', 'update.available').execute();
+    expect(available.map((r) => r.event_id)).toEqual(['update.available:sha256:new']);
     expect(t.logs.join('')).not.toContain('"level":"error"');
   });
 
   it('rolled back onto a changed schema: the detail says so and it is logged at error level', async () => {
-    const { engine } = await startUpdate();
+    const { engine, requestId } = await startUpdate();
     // The new build migrated the schema before it failed.
     await sql`insert into kysely_migration (name, timestamp) values ('0099_marker', now())`.execute(db.database.db);
     const t = await boot(engine, 'sha256:old', 'img-old', `${REPO}:rollback`);
@@ -361,10 +378,14 @@ describe('reconciling the outcome', () => {
     expect(errorLines[0]).toContain('ROLLED BACK ONTO A CHANGED SCHEMA');
     expect(errorLines[0]).toContain('0099_marker');
     expect(errorLines[0]).toContain(`"preUpdateMigration":"${LATEST_MIGRATION}"`);
+    expect(await notified(requestId)).toEqual({
+      'self-update.rolled-back': expect.objectContaining({ outcome: 'rolled-back', detail: 'ROLLED BACK ONTO A CHANGED SCHEMA' }),
+      'self-update.schema-alarm': expect.objectContaining({ alarm: 'ROLLED BACK ONTO A CHANGED SCHEMA', preUpdateMigration: LATEST_MIGRATION, schemaMigration: '0099_marker' }),
+    });
   });
 
   it('neither: restarted on another image after the helper failed', async () => {
-    const { engine } = await startUpdate();
+    const { engine, requestId } = await startUpdate();
     const t = await boot(engine, 'sha256:other', 'img-other', `${REPO}:dev-40`);
     engine.helpers[0]!.finish({ state: 'exited', exitCode: 1, status: 'failed', switchFailure: 'exit 1: unhealthy', rollbackFailure: 'exit 1: container installer-backend exited (3)' });
     const last = await eventually(async () => ((await check(t)).lastUpdate.status !== 'started' ? (await check(t)).lastUpdate : null), 'an outcome');
@@ -374,6 +395,7 @@ describe('reconciling the outcome', () => {
     // The switch failed: the channel tag no longer names that build but the one started by hand.
     expect(last.detail).toMatch(/; the local tag dev-latest points at it again$/);
     expect(engine.tags.get(`${REPO}:dev-latest`)).toBe('img-other');
+    expect(await notified(requestId)).toEqual({ 'self-update.failed': expect.objectContaining({ outcome: 'neither', runningDigest: 'sha256:other', helperStatus: 'failed' }) });
   });
 
   it('a helper that ends while its backend still runs is reconciled by that backend', async () => {

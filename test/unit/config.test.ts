@@ -30,6 +30,13 @@ describe('settings', () => {
     expect(s.SECRETS_DIR.endsWith('/data/secrets')).toBe(true);
   });
 
+  it('webhook delivery settings: documented defaults, and a bad one names its rule', () => {
+    expect(loadSettings({}, files({}))).toMatchObject({ WEBHOOK_TIMEOUT_MS: 10_000, WEBHOOK_RETRY_BASE_MS: 1_000, WEBHOOK_RETRY_MAX_MS: 300_000, WEBHOOK_GIVE_UP_MINUTES: 1440 });
+    expect(fail({ WEBHOOK_TIMEOUT_MS: '5' })).toMatchObject({ variable: 'WEBHOOK_TIMEOUT_MS', message: expect.stringContaining('at least 100') });
+    expect(fail({ WEBHOOK_RETRY_BASE_MS: '1.5' })).toMatchObject({ variable: 'WEBHOOK_RETRY_BASE_MS', message: expect.stringContaining('whole number') });
+    expect(fail({ WEBHOOK_GIVE_UP_MINUTES: '0' })).toMatchObject({ variable: 'WEBHOOK_GIVE_UP_MINUTES', message: expect.stringContaining('more than 0') });
+  });
+
   it('names the variable and the rule, never the value', () => {
     const e = fail({ JWT_SECRET: 'short-secret-value' });
     expect(e.variable).toBe('JWT_SECRET');

@@ -14,6 +14,7 @@ import { MachinesPage } from './pages/machines.tsx';
 import { MigratePage } from './pages/migrate.tsx';
 import { PasswordPage } from './pages/password.tsx';
 import { UsersPage } from './pages/users.tsx';
+import { NotificationsPage } from './pages/notifications.tsx';
 
 export interface AppState {
   me: Me;
@@ -79,6 +80,7 @@ const TITLES: Record<string, string> = {
   '/machines': 'Machine state',
   '/migrate': 'Host migration',
   '/users': 'Users',
+  '/notifications': 'Notifications',
 };
 
 /** The title of the page shown at `path` (the same choice as the page switch below). */
@@ -87,7 +89,7 @@ export function pageTitle(path: string, me: Me | null): string {
   if (me.mustChangePassword) return 'Choose your password';
   const job = match('/jobs/:id', path);
   if (job) return `Job ${job.id!.slice(0, 8)}`;
-  if ((path === '/migrate' || path === '/users') && !hasRole(me, 'admin')) return 'Not allowed';
+  if ((path === '/migrate' || path === '/users' || path === '/notifications') && !hasRole(me, 'admin')) return 'Not allowed';
   if (path === '/password' && me.kind === 'user') return 'Change password';
   return TITLES[path] ?? 'Not found';
 }
@@ -117,6 +119,7 @@ function SignedIn(props: { me: Me; onMe: (me: Me) => void; onSignOut: () => void
     { href: '/machines', label: 'Machine state' },
     { href: '/migrate', label: 'Host migration', least: 'admin' },
     { href: '/users', label: 'Users', least: 'admin' },
+    { href: '/notifications', label: 'Notifications', least: 'admin' },
   ];
   const active = (href: string) => (href === '/' ? loc.path === '/' || loc.path.startsWith('/jobs/') : loc.path.startsWith(href));
 
@@ -129,6 +132,7 @@ function SignedIn(props: { me: Me; onMe: (me: Me) => void; onSignOut: () => void
   else if (loc.path === '/machines') page = <MachinesPage />;
   else if (loc.path === '/migrate') page = hasRole(me, 'admin') ? <MigratePage /> : <NotAllowed least="admin" />;
   else if (loc.path === '/users') page = hasRole(me, 'admin') ? <UsersPage me={me} /> : <NotAllowed least="admin" />;
+  else if (loc.path === '/notifications') page = hasRole(me, 'admin') ? <NotificationsPage /> : <NotAllowed least="admin" />;
   else if (loc.path === '/password' && me.kind === 'user') page = <PasswordPage me={me} onChanged={props.onMe} />;
   else page = <NotFound />;
 

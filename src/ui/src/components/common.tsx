@@ -7,6 +7,7 @@ const TONE: Record<string, string> = {
   running: 'ok', healthy: 'ok', completed: 'ok', ok: 'ok', up: 'ok',
   queued: 'info', started: 'info', starting: 'warn', restarting: 'warn', created: 'info', paused: 'warn',
   exited: 'muted', dead: 'bad', removing: 'warn', unhealthy: 'bad', failed: 'bad', 'rolled-back': 'warn', neither: 'bad', undecided: 'bad',
+  delivered: 'ok', pending: 'info',
 };
 
 export function Badge(props: { value: string | null | undefined; title?: string }) {

@@ -1,0 +1,178 @@
+// Webhook notifications (docs/notifications.md), admins only: endpoints added, changed (URL,
+// enabled), removed and tested, and the recent deliveries of the outbox with their status. The
+// signing secret is answered once, when the endpoint is added, and never logged. The API only
+// writes and reads rows: the notifications reconciler sends.
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import type { FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import {
+  addEndpoint, changeEndpoint, enqueueTest, listDeliveries, listEndpoints, removeEndpoint, urlForAudit, type DeliveryView, type EndpointView,
+} from '../../state/notifications.ts';
+
+export const WEBHOOK_URL_MAX = 2000;
+
+/** A webhook URL: absolute http(s), no credentials in it (the signature authenticates the installer). */
+export const webhookUrlSchema = z
+  .string({ error: 'url must be a string' })
+  .max(WEBHOOK_URL_MAX, `url must be at most ${WEBHOOK_URL_MAX} characters`)
+  .superRefine((value, ctx) => {
+    let u: URL;
+    try {
+      u = new URL(value);
+    } catch {
+      ctx.addIssue({ code: 'custom', message: 'url must be an absolute URL such as https://hooks.example.com/installer' });
+      return;
+    }
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') ctx.addIssue({ code: 'custom', message: `url must use http or https, not ${u.protocol.replace(/:$/, '')}` });
+    else if (u.username || u.password) ctx.addIssue({ code: 'custom', message: 'url must not hold a user name or password: deliveries are signed with the endpoint secret instead' });
+    else if (u.hash) ctx.addIssue({ code: 'custom', message: 'url must not have a #fragment' });
+  });
+
+const endpointSchema = z.object({
+  id: z.string(),
+  url: z.string(),
+  enabled: z.boolean(),
+  createdBy: z.string(),
+  createdAt: z.string(),
+  updatedAt: z.string(),
+});
+
+const deliverySchema = z.object({
+  id: z.string(),
+  endpointId: z.string(),
+  endpointUrl: z.string(),
+  eventId: z.string(),
+  eventType: z.string(),
+  idempotencyKey: z.string(),
+  status: z.enum(['pending', 'delivered', 'failed']),
+  attempts: z.number(),
+  nextAttemptAt: z.string().nullable(),
+  lastAttemptAt: z.string().nullable(),
+  lastStatus: z.number().nullable(),
+  lastError: z.string().nullable(),
+  deliveredAt: z.string().nullable(),
+  failedAt: z.string().nullable(),
+  createdAt: z.string(),
+});
+
+const params = z.strictObject({ id: z.uuid({ error: 'id must be a webhook endpoint id (a UUID)' }) });
+
+const iso = (d: Date | null) => (d ? d.toISOString() : null);
+const out = (e: EndpointView) => ({ id: e.id, url: e.url, enabled: e.enabled, createdBy: e.createdBy, createdAt: e.createdAt.toISOString(), updatedAt: e.updatedAt.toISOString() });
+const outDelivery = (d: DeliveryView) => ({
+  ...d, nextAttemptAt: iso(d.nextAttemptAt), lastAttemptAt: iso(d.lastAttemptAt), deliveredAt: iso(d.deliveredAt), failedAt: iso(d.failedAt), createdAt: d.createdAt.toISOString(),
+});
+
+export const notificationRoutes: FastifyPluginAsyncZod = async (app) => {
+  const db = app.deps.database.db;
+  const sealer = app.deps.sealer;
+  /** One line per change, naming who did it; never the secret. */
+  const logged = (req: FastifyRequest, endpoint: string, change: Record<string, unknown>) => {
+    req.log.info({ actor: req.actor().id, endpoint, ...change }, 'webhook changed');
+  };
+
+  app.get(
+    '/api/notifications/webhooks',
+    {
+      config: { access: 'admin' },
+      schema: { tags: ['notifications'], summary: 'Webhook endpoints (never their secrets)', response: { 200: z.array(endpointSchema) } },
+    },
+    async () => (await listEndpoints(db)).map(out),
+  );
+
+  app.post(
+    '/api/notifications/webhooks',
+    {
+      config: { access: 'admin' },
+      schema: {
+        tags: ['notifications'],
+        summary: 'Add a webhook endpoint, enabled; the answer holds its signing secret, shown this once',
+        body: z.strictObject({ url: webhookUrlSchema }),
+        response: { 201: endpointSchema.extend({ secret: z.string().describe('HMAC-SHA256 key of x-installer-signature; not shown again') }) },
+      },
+    },
+    async (req, reply) => {
+      const { endpoint, secret } = await addEndpoint(db, sealer, { url: req.body.url, actor: req.actor() });
+      logged(req, endpoint.id, { change: 'added', url: urlForAudit(endpoint.url) });
+      return reply.status(201).send({ ...out(endpoint), secret });
+    },
+  );
+
+  app.patch(
+    '/api/notifications/webhooks/:id',
+    {
+      config: { access: 'admin' },
+      schema: {
+        tags: ['notifications'],
+        summary: "Change a webhook endpoint's URL, or disable or enable it (a disabled one keeps what it is owed until enabled again)",
+        params,
+        body: z
+          .strictObject({ url: webhookUrlSchema.optional(), enabled: z.boolean({ error: 'enabled must be true or false' }).optional() })
+          .refine((b) => b.url !== undefined || b.enabled !== undefined, 'give url or enabled'),
+        response: { 200: endpointSchema },
+      },
+    },
+    async (req) => {
+      const after = await changeEndpoint(db, req.params.id, req.body, req.actor());
+      logged(req, after.id, { change: 'changed', ...(req.body.url !== undefined ? { url: urlForAudit(req.body.url) } : {}), ...(req.body.enabled !== undefined ? { enabled: req.body.enabled } : {}) });
+      return out(after);
+    },
+  );
+
+  app.delete(
+    '/api/notifications/webhooks/:id',
+    {
+      config: { access: 'admin' },
+      schema: { tags: ['notifications'], summary: 'Remove a webhook endpoint and the deliveries it is still owed', params, response: { 200: z.object({ removed: z.string() }) } },
+    },
+    async (req) => {
+      await removeEndpoint(db, req.params.id, req.actor());
+      logged(req, req.params.id, { change: 'removed' });
+      return { removed: req.params.id };
+    },
+  );
+
+  app.post(
+    '/api/notifications/webhooks/:id/test',
+    {
+      config: { access: 'admin' },
+      schema: {
+        tags: ['notifications'],
+        summary: 'Queue a `test` event for this endpoint; follow it in the deliveries',
+        params,
+        response: { 202: z.object({ eventId: z.string(), idempotencyKey: z.string() }) },
+      },
+    },
+    async (req, reply) => {
+      const queued = await enqueueTest(db, req.params.id, req.actor());
+      logged(req, req.params.id, { change: 'test', delivery: queued.idempotencyKey });
+      return reply.status(202).send(queued);
+    },
+  );
+
+  app.get(
+    '/api/notifications/deliveries',
+    {
+      config: { access: 'admin' },
+      schema: {
+        tags: ['notifications'],
+        summary: 'Recent deliveries, newest first: pending (with the next attempt), delivered, or failed (gave up)',
+        // Like every read, unknown parameters are ignored.
+        querystring: z.object({
+          // Decimal digits only: Number() would also take ' 5', '5.0', '0x10' and '1e2'.
+          limit: z
+            .string()
+            .regex(/^\d{1,9}$/, 'limit must be a whole number')
+            .transform(Number)
+            .pipe(z.number().min(1, 'limit must be at least 1').max(500, 'limit must be at most 500'))
+            .default(100)
+            .describe('Rows to return (default 100, at most 500)'),
+          endpointId: z.uuid({ error: 'endpointId must be a webhook endpoint id (a UUID)' }).optional(),
+          status: z.enum(['pending', 'delivered', 'failed'], { error: 'status must be pending, delivered or failed' }).optional(),
+        }),
+        response: { 200: z.array(deliverySchema) },
+      },
+    },
+    async (req) => (await listDeliveries(db, { limit: req.query.limit, ...(req.query.endpointId ? { endpointId: req.query.endpointId } : {}), ...(req.query.status ? { status: req.query.status } : {}) })).map(outDelivery),
+  );
+};
