@@ -10,6 +10,7 @@ import type { RuntimePort } from '../src/contracts/ports.ts';
 import { currentMigration } from '../src/db/migrate.ts';
 import { auditTrailChanged, recordFinished } from '../src/state/actions.ts';
 import { pendingReconciliation, updateSelfUpdate } from '../src/state/self-update.ts';
+import { quarantineDigest } from '../src/state/update-policy.ts';
 import { startReconcileRun, updateReconcileRun } from '../src/state/reconcile-runs.ts';
 import { HELPER_NAME, type SelfUpdateEngine } from '../src/adapters/self-update.ts';
 import {
@@ -101,6 +102,8 @@ export class SelfUpdateOutcomeReconciler {
         const changed = await db.transaction().execute(async (tx) => {
           if (!(await updateSelfUpdate(tx, p.requestId, { phase: 'undecided', detail, helperExitCode: exitCode, finished: true }, ['helper-running']))) return false;
           if (p.actionId) await recordFinished(tx, p.actionId, { status: 'failed', exitCode, detail });
+          // Not known to have stuck: no policy starts this build again (docs/update-policy.md).
+          if (p.targetDigest) await quarantineDigest(tx, { digest: p.targetDigest, outcome: 'undecided', detail, requestId: p.requestId });
           return true;
         });
         auditTrailChanged();
@@ -112,6 +115,11 @@ export class SelfUpdateOutcomeReconciler {
         const changed = await db.transaction().execute(async (tx) => {
           if (!(await updateSelfUpdate(tx, p.requestId, { phase, detail, helperExitCode: helper.exitCode, finished: true }, ['helper-running']))) return false;
           if (p.actionId) await recordFinished(tx, p.actionId, { status: outcome === 'completed' ? 'completed' : 'failed', exitCode: helper.exitCode, detail });
+          // A build that rolled back or failed is never started by a policy again; `neither` after a
+          // switch that worked means someone started another build since: the target did not fail.
+          if (p.targetDigest && phase !== 'completed' && !(phase === 'neither' && helper.status === 'ok')) {
+            await quarantineDigest(tx, { digest: p.targetDigest, outcome: phase, detail, requestId: p.requestId });
+          }
           return true;
         });
         auditTrailChanged();
