@@ -48,8 +48,8 @@ export interface UpdatePolicyView extends UpdatePolicySpec {
 }
 
 const date = (d: Date | string | null) => (d === null ? null : new Date(d));
-const dayNames = (days: readonly number[]) => [...new Set(days)].sort().map((d) => DAY_NAMES[d]!).filter(Boolean);
-export const dayNumbers = (days: readonly DayName[]) => [...new Set(days.map((d) => DAY_NAMES.indexOf(d)))].sort();
+const dayNames = (days: readonly number[]) => [...new Set(days)].sort((a, b) => a - b).map((d) => DAY_NAMES[d]!).filter(Boolean);
+export const dayNumbers = (days: readonly DayName[]) => [...new Set(days.map((d) => DAY_NAMES.indexOf(d)))].sort((a, b) => a - b);
 
 export async function getUpdatePolicy(db: Conn): Promise<UpdatePolicyView> {
   const r = await db.selectFrom('update_policy').selectAll().where('id', '=', 1).executeTakeFirstOrThrow();
@@ -79,7 +79,8 @@ export const describePolicy = (p: UpdatePolicySpec) =>
  * Replaces the policy (a new generation), records the change in the audit trail and wakes the
  * policy reconciler, in one transaction. Returns the policy as stored.
  */
-export async function putUpdatePolicy(db: Kysely<DB>, spec: UpdatePolicySpec, actor: Actor): Promise<UpdatePolicyView> {
+export async function putUpdatePolicy(db: Kysely<DB>, wanted: UpdatePolicySpec, actor: Actor): Promise<UpdatePolicyView> {
+  const spec: UpdatePolicySpec = { ...wanted, window: { ...wanted.window, days: dayNames(dayNumbers(wanted.window.days)) } };
   await db.transaction().execute(async (tx) => {
     const before = await getUpdatePolicy(tx);
     await tx

@@ -24,7 +24,7 @@ const putSchema = z
     window: windowSchema.optional().describe('Required for auto; kept as it is when left out'),
   })
   .superRefine((b, ctx) => {
-    if (b.window && b.window.startHour === b.window.endHour % 24) {
+    if (b.window && b.window.startHour === b.window.endHour) {
       ctx.addIssue({ code: 'custom', path: ['window'], message: 'the window is empty: startHour and endHour are the same hour' });
     }
     if (b.mode === 'auto' && (!b.window || b.window.days.length === 0)) {
