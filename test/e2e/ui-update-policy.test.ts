@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
-import { ensureUiBuilt, launchChromium, newPage, shoot, signIn } from '../helpers/e2e/ui.ts';
+import { axeViolations, describeViolations, ensureUiBuilt, launchChromium, newPage, shoot, signIn, type PageGlobals } from '../helpers/e2e/ui.ts';
 import { getUpdatePolicy, quarantineDigest } from '../../src/state/update-policy.ts';
 
 let t: TestApp;
@@ -65,6 +65,26 @@ describe('the update policy in the UI', () => {
     } finally {
       await admin.context.close();
       await viewer.context.close();
+    }
+  });
+
+  it('the card and its form have no serious accessibility violation and fit a phone, light and dark', async () => {
+    for (const colorScheme of ['light', 'dark'] as const) {
+      const { context, page } = await newPage(browser, { colorScheme, bypassCSP: true, viewport: { width: 390, height: 844 } });
+      try {
+        await signIn(page, base, 'admin', '/');
+        await page.getByTestId('policy-form').waitFor();
+        await poll(() => page.getByTestId('quarantine').count()).toBe(1);
+        const violations = await axeViolations(page);
+        expect(violations, describeViolations(`status (${colorScheme}, phone)`, violations)).toEqual([]);
+        const { scroll } = await page.evaluate(() => {
+          const { document } = globalThis as unknown as PageGlobals;
+          return { scroll: document.scrollingElement!.scrollWidth };
+        });
+        expect(scroll).toBeLessThanOrEqual(390);
+      } finally {
+        await context.close();
+      }
     }
   });
 });
