@@ -62,8 +62,13 @@ export interface PolicyContext {
   facts: PolicyFacts | null;
 }
 
-const facts = (e: PolicyEvent) => e.facts;
 const hasNewDigest = (f: PolicyFacts) => f.remoteDigest !== null && f.currentDigest !== null && f.remoteDigest !== f.currentDigest;
+
+type Guarded = { context: PolicyContext };
+const factsOf = ({ context }: Guarded): PolicyFacts => {
+  if (!context.facts) throw new Error('update policy chart: no facts to decide on');
+  return context.facts;
+};
 
 export const updatePolicyMachine = setup({
   types: { context: {} as PolicyContext, events: {} as PolicyEvent },
@@ -71,19 +76,19 @@ export const updatePolicyMachine = setup({
     remember: assign({ facts: ({ event }) => event.facts }),
   },
   guards: {
-    manual: ({ event }) => facts(event).mode === 'manual',
-    notify: ({ event }) => facts(event).mode === 'notify',
-    newDigest: ({ event }) => hasNewDigest(facts(event)),
-    quarantined: ({ event }) => {
-      const f = facts(event);
+    manual: (a) => factsOf(a).mode === 'manual',
+    notify: (a) => factsOf(a).mode === 'notify',
+    newDigest: (a) => hasNewDigest(factsOf(a)),
+    quarantined: (a) => {
+      const f = factsOf(a);
       return f.remoteDigest !== null && f.quarantined.includes(f.remoteDigest);
     },
-    inWindow: ({ event }) => inWindowAt(new Date(facts(event).now), facts(event).window),
-    jobRunning: ({ event }) => facts(event).jobRunning,
+    inWindow: (a) => inWindowAt(new Date(factsOf(a).now), factsOf(a).window),
+    jobRunning: (a) => factsOf(a).jobRunning,
     // One automatic start per digest per opening of the window: a start whose preflight did not pass
     // (nothing changed) waits for the next window rather than being retried every wake.
-    triedThisWindow: ({ event }) => {
-      const f = facts(event);
+    triedThisWindow: (a) => {
+      const f = factsOf(a);
       const opened = windowOpenedAt(new Date(f.now), f.window);
       return !!f.lastAttempt && opened !== null && f.lastAttempt.digest === f.remoteDigest && Date.parse(f.lastAttempt.at) >= opened.getTime();
     },
@@ -92,32 +97,32 @@ export const updatePolicyMachine = setup({
   id: 'updatePolicy',
   context: { facts: null },
   initial: 'idle',
-  // Every state answers EVALUATE the same way: the decision is a function of the facts alone.
-  on: {
-    EVALUATE: [
-      { guard: 'manual', target: '.manual', actions: 'remember' },
-      { guard: not('newDigest'), target: '.upToDate', actions: 'remember' },
-      // A build that did not stick is never started again, nor announced, until someone lifts it.
-      { guard: 'quarantined', target: '.quarantined', actions: 'remember' },
-      // `notify` only says an update is available; it never starts one.
-      { guard: 'notify', target: '.notifying', actions: 'remember' },
-      { guard: not('inWindow'), target: '.outsideWindow', actions: 'remember' },
-      // The spec's 409: no update while a job is queued or running, nor a second one in flight.
-      { guard: 'jobRunning', target: '.busy', actions: 'remember' },
-      { guard: 'triedThisWindow', target: '.triedThisWindow', actions: 'remember' },
-      { target: '.starting', actions: 'remember' },
-    ],
-  },
   states: {
-    idle: {},
-    manual: {},
-    upToDate: {},
-    quarantined: {},
-    notifying: {},
-    outsideWindow: {},
-    busy: {},
-    triedThisWindow: {},
-    starting: {},
+    idle: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
+    // Transient: the decision is a function of the facts alone, whatever was decided before.
+    deciding: {
+      always: [
+        { guard: 'manual', target: 'manual' },
+        { guard: not('newDigest'), target: 'upToDate' },
+        // A build that did not stick is never started again, nor announced, until someone lifts it.
+        { guard: 'quarantined', target: 'quarantined' },
+        // `notify` only says an update is available; it never starts one.
+        { guard: 'notify', target: 'notifying' },
+        { guard: not('inWindow'), target: 'outsideWindow' },
+        // The spec's 409: no update while a job is queued or running, nor a second one in flight.
+        { guard: 'jobRunning', target: 'busy' },
+        { guard: 'triedThisWindow', target: 'triedThisWindow' },
+        { target: 'starting' },
+      ],
+    },
+    manual: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
+    upToDate: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
+    quarantined: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
+    notifying: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
+    outsideWindow: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
+    busy: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
+    triedThisWindow: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
+    starting: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
   },
 });
 

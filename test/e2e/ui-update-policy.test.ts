@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { axeViolations, describeViolations, ensureUiBuilt, launchChromium, newPage, shoot, signIn, type PageGlobals } from '../helpers/e2e/ui.ts';
-import { getUpdatePolicy, quarantineDigest } from '../../src/state/update-policy.ts';
+import { getUpdatePolicy, putUpdatePolicy, quarantineDigest } from '../../src/state/update-policy.ts';
 
 let t: TestApp;
 let base: string;
@@ -65,6 +65,23 @@ describe('the update policy in the UI', () => {
     } finally {
       await admin.context.close();
       await viewer.context.close();
+    }
+  });
+
+  it('the machine state page draws the policy chart with its last decision highlighted', async () => {
+    await putUpdatePolicy(t.db.database.db, { mode: 'auto', window: { days: ['sun', 'sat'], startHour: 22, endHour: 3 } }, { id: 'admin' });
+    await t.wired.controllers.reconcilePolicy();
+    const { context, page } = await newPage(browser);
+    try {
+      await signIn(page, base, 'viewer', '/machines');
+      const chart = page.getByTestId('chart-updatePolicy');
+      await chart.waitFor();
+      // Auto, but the channel was never observed here: no new build to start.
+      await poll(() => chart.locator('g.state.current').getAttribute('data-state-id')).toBe('updatePolicy.upToDate');
+      await chart.scrollIntoViewIfNeeded();
+      await shoot(page, 'machines-update-policy');
+    } finally {
+      await context.close();
     }
   });
 
