@@ -114,7 +114,7 @@ export class UpdatePolicyReconciler {
         logger.info({ digest, decision }, 'update policy: a new installer build is available');
         await this.d.onUpdateAvailable?.(digest);
       }
-    } else if (decision === 'upToDate' || decision === 'quarantined') {
+    } else if (decision === 'upToDate' || decision === 'quarantined' || decision === 'manual') {
       await clearUpdateAvailable(db);
     }
     await recordPolicyDecision(db, { generation, decision, detail });

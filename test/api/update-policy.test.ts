@@ -8,6 +8,7 @@ import { TEST_SECRETS } from '../helpers/api/app.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { listSelfUpdates } from '../../src/state/self-update.ts';
+import { UPDATE_AVAILABLE_CHANNEL } from '../../src/state/update-policy.ts';
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };
@@ -190,8 +191,10 @@ describe('the policy reconciler', () => {
     expect(await requests(a)).toHaveLength(1);
   });
 
-  it('manual and notify never start one; notify records the available build', async () => {
+  it('manual and notify never start one; notify records the available build and says so once', async () => {
     const a = (t = await startSelfUpdateApp());
+    const heard: string[] = [];
+    const unlisten = await a.db.database.listen(UPDATE_AVAILABLE_CHANNEL, (digest) => heard.push(digest));
     await observeChannel(a);
     await a.wired.controllers.reconcilePolicy();
     expect((await policy(a)).status).toMatchObject({ decision: 'manual', availableDigest: null });
@@ -200,5 +203,14 @@ describe('the policy reconciler', () => {
     await a.wired.controllers.reconcilePolicy();
     expect((await policy(a)).status).toMatchObject({ decision: 'notifying', availableDigest: 'sha256:new' });
     expect(await requests(a)).toEqual([]);
+    // The notifications' hook: NOTIFY update_available, once per build however often it wakes.
+    await eventually(() => heard.length > 0, 'NOTIFY update_available');
+    await new Promise((r) => setTimeout(r, 200));
+    expect(heard).toEqual(['sha256:new']);
+    await unlisten();
+    // Back to manual: the announcement is withdrawn.
+    expect((await put(a, { mode: 'manual' })).statusCode).toBe(200);
+    await a.wired.controllers.reconcilePolicy();
+    expect((await policy(a)).status).toMatchObject({ decision: 'manual', availableDigest: null });
   });
 });
