@@ -11,6 +11,7 @@ import { TEST_SECRETS } from '../helpers/api/app.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { currentMigration } from '../../src/db/migrate.ts';
 import { getSelfUpdate, listSelfUpdates } from '../../src/state/self-update.ts';
+import { listQuarantine } from '../../src/state/update-policy.ts';
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };
@@ -285,6 +286,7 @@ describe('reconciling the outcome', () => {
     first = second = undefined;
     await db.database.db.deleteFrom('self_update_requests').execute();
     await db.database.db.deleteFrom('deployment_actions').execute();
+    await db.database.db.deleteFrom('update_quarantine').execute();
     await sql`delete from kysely_migration where name = '0099_marker'`.execute(db.database.db);
   });
   afterAll(async () => db?.drop());
@@ -325,6 +327,8 @@ describe('reconciling the outcome', () => {
     expect((await check(t)).warning).toBeUndefined();
     // The channel tag stays on the build that stuck.
     expect(engine.tags.get(`${REPO}:dev-latest`)).toBe('img-new');
+    // A build that stuck is not quarantined (docs/update-policy.md).
+    expect(await listQuarantine(db.database.db)).toEqual([]);
   });
 
   it('rolled back: the previous digest runs again; the reason comes from the helper', async () => {
@@ -339,6 +343,8 @@ describe('reconciling the outcome', () => {
         'still on the previous image registry.test/installer:rollback (sha256:old); the local tag dev-latest points at it again',
     );
     expect(await audit(t)).toMatchObject([{ status: 'failed', exit_code: 0, detail: last.detail }]);
+    // Quarantined with the outcome, in the same transaction: no policy starts it again.
+    expect(await listQuarantine(db.database.db)).toMatchObject([{ digest: 'sha256:new', outcome: 'rolled-back', detail: last.detail, liftedAt: null }]);
     // Preflight had pointed the channel tag at the failed build; it names the running image again.
     expect(engine.tags.get(`${REPO}:dev-latest`)).toBe('img-old');
     // The registry still offers the failed build: available, but not as if nothing happened.
@@ -374,6 +380,8 @@ describe('reconciling the outcome', () => {
     // The switch failed: the channel tag no longer names that build but the one started by hand.
     expect(last.detail).toMatch(/; the local tag dev-latest points at it again$/);
     expect(engine.tags.get(`${REPO}:dev-latest`)).toBe('img-other');
+    // Switch and rollback both failed: the target is quarantined.
+    expect(await listQuarantine(db.database.db)).toMatchObject([{ digest: 'sha256:new', outcome: 'neither' }]);
   });
 
   it('a helper that ends while its backend still runs is reconciled by that backend', async () => {
