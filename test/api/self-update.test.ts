@@ -384,6 +384,15 @@ describe('reconciling the outcome', () => {
     expect(await listQuarantine(db.database.db)).toMatchObject([{ digest: 'sha256:new', outcome: 'neither' }]);
   });
 
+  it('neither after a switch that worked (another build started since): the target is not quarantined', async () => {
+    const { engine } = await startUpdate();
+    const t = await boot(engine, 'sha256:other', 'img-other', `${REPO}:dev-40`);
+    engine.helpers[0]!.finish({ state: 'exited', exitCode: 0, status: 'ok', switchFailure: null, rollbackFailure: null });
+    const last = await eventually(async () => ((await check(t)).lastUpdate.status !== 'started' ? (await check(t)).lastUpdate : null), 'an outcome');
+    expect(last.status).toBe('neither');
+    expect(await listQuarantine(db.database.db, { includeLifted: true })).toEqual([]);
+  });
+
   it('a helper that ends while its backend still runs is reconciled by that backend', async () => {
     const engine = new FakeEngine();
     first = await startSelfUpdateApp({ db, engine });
