@@ -56,7 +56,7 @@ export interface ControllersDeps {
     retryMs?: number;
     helperGraceMs?: number;
   };
-  /** The update policy's clock, its timer (window edges are seen within one period) and its hook. */
+  /** The update policy's clock, its backstop poll and its notification hook. */
   updatePolicy?: Pick<UpdatePolicyDeps, 'now' | 'onUpdateAvailable'> & { pollMs?: number };
 }
 
@@ -135,10 +135,12 @@ export class Controllers {
       reconcile: async () => {},
     });
     // Nothing to claim either: the policy is one row. It wakes when the policy or the quarantine
-    // changes, when the observer wrote the channel row, when a job or an update changes phase, and
-    // on its timer, which is how a window's opening is noticed (within one period, a minute).
+    // changes, when the observer wrote the channel row, when a job or an update changes phase, when
+    // its window opens (a timer the reconciler sets), and on a one-minute poll as a backstop.
     const { pollMs: policyPollMs, ...policyDeps } = d.updatePolicy ?? {};
-    this.policy = new UpdatePolicyReconciler({ db: d.db, logger: d.logger.child({ controller: 'update-policy' }), signal, ...policyDeps });
+    this.policy = new UpdatePolicyReconciler({
+      db: d.db, logger: d.logger.child({ controller: 'update-policy' }), signal, onWindowOpens: () => this.policyLoop.wake(), ...policyDeps,
+    });
     const channelWrites: Listen = (channel, onNotify) =>
       listen(channel, (payload) => {
         if (channel !== OBSERVED_WRITTEN_CHANNEL || payload === 'channel') onNotify(payload);

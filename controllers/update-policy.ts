@@ -14,7 +14,7 @@ import { lastUpdate, requestSelfUpdate } from '../src/state/self-update.ts';
 import {
   clearUpdateAvailable, dayNumbers, getUpdatePolicy, markUpdateAvailable, quarantinedDigests, recordPolicyAttempt, recordPolicyDecision,
 } from '../src/state/update-policy.ts';
-import { decide, type PolicyDecision, type PolicyFacts } from '../machines/update-policy.machine.ts';
+import { decide, nextWindowOpening, type PolicyDecision, type PolicyFacts } from '../machines/update-policy.machine.ts';
 
 export interface UpdatePolicyDeps {
   db: Kysely<DB>;
@@ -27,7 +27,12 @@ export interface UpdatePolicyDeps {
    * and NOTIFY `update_available` are written: where notifications plug in.
    */
   onUpdateAvailable?: (digest: string) => void | Promise<void>;
+  /** Called when the window opens (a timer set after each run, in auto mode): wakes the loop. */
+  onWindowOpens?: () => void;
 }
+
+/** setTimeout's longest delay; a window always opens within a week, well below it. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** Decisions under which the channel's newest build is worth announcing. */
 const ANNOUNCED: readonly PolicyDecision[] = ['notifying', 'outsideWindow', 'busy', 'triedThisWindow', 'starting'];
@@ -46,8 +51,24 @@ const DETAIL: Record<PolicyDecision, string> = {
 
 export class UpdatePolicyReconciler {
   private running: Promise<void> | null = null;
+  private edge: NodeJS.Timeout | undefined;
 
-  constructor(private readonly d: UpdatePolicyDeps) {}
+  constructor(private readonly d: UpdatePolicyDeps) {
+    d.signal.addEventListener('abort', () => clearTimeout(this.edge), { once: true });
+  }
+
+  /** Wakes the loop when the window next opens, so a start does not wait for the slow poll. */
+  private scheduleOpening(facts: PolicyFacts): void {
+    clearTimeout(this.edge);
+    this.edge = undefined;
+    if (facts.mode !== 'auto' || !this.d.onWindowOpens || this.d.signal.aborted) return;
+    const now = new Date(facts.now);
+    const next = nextWindowOpening(now, facts.window);
+    if (!next) return;
+    const onWindowOpens = this.d.onWindowOpens;
+    this.edge = setTimeout(() => onWindowOpens(), Math.min(MAX_TIMER_MS, next.getTime() - now.getTime() + 1_000));
+    this.edge.unref();
+  }
 
   /** Single flight: a call during a run returns that run. */
   reconcile(): Promise<void> {
@@ -93,6 +114,7 @@ export class UpdatePolicyReconciler {
   private async run(): Promise<void> {
     const { db, logger } = this.d;
     const { facts, generation } = await this.facts();
+    this.scheduleOpening(facts);
     let decision = decide(facts);
     let detail = DETAIL[decision];
     const digest = facts.remoteDigest;

@@ -56,6 +56,18 @@ export function windowOpenedAt(now: Date, w: PolicyWindow): Date | null {
 
 export const inWindowAt = (now: Date, w: PolicyWindow): boolean => windowOpenedAt(now, w) !== null;
 
+/** The next instant after `now` the window opens, or null when it never does (no day). */
+export function nextWindowOpening(now: Date, w: PolicyWindow): Date | null {
+  if (w.days.length === 0 || w.startHour === w.endHour) return null;
+  const midnight = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate());
+  for (let d = 0; d <= 7; d++) {
+    const dayStart = midnight + d * DAY;
+    const opens = dayStart + w.startHour * HOUR;
+    if (w.days.includes(new Date(dayStart).getUTCDay()) && opens > now.getTime()) return new Date(opens);
+  }
+  return null;
+}
+
 export type PolicyEvent = { type: 'EVALUATE'; facts: PolicyFacts };
 
 export interface PolicyContext {

@@ -9,6 +9,8 @@ import { eventually } from '../helpers/shared/eventually.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { listSelfUpdates } from '../../src/state/self-update.ts';
 import { UPDATE_AVAILABLE_CHANNEL } from '../../src/state/update-policy.ts';
+import { UpdatePolicyReconciler } from '../../controllers/update-policy.ts';
+import { pino } from 'pino';
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };
@@ -174,6 +176,42 @@ describe('the policy reconciler', () => {
     await observeChannel(a);
     for (let i = 0; i < 3; i++) await a.wired.controllers.reconcilePolicy();
     expect(await requests(a)).toHaveLength(2);
+  });
+
+  it('wakes itself when the window opens, without waiting for its poll', async () => {
+    const a = (t = await startSelfUpdateApp());
+    await observeChannel(a);
+    // A clock 1.5 s before the next whole hour (UTC), and a window that opens at that hour.
+    const hour = 3_600_000;
+    const opening = Math.ceil((Date.now() + 10_000) / hour) * hour;
+    const offset = opening - 1_500 - Date.now();
+    const startHour = new Date(opening).getUTCHours();
+    expect((await put(a, { mode: 'auto', window: { days: [...DAYS], startHour, endHour: startHour + 1 } })).statusCode).toBe(200);
+    const stop = new AbortController();
+    const wakes: number[] = [];
+    const reconciler: UpdatePolicyReconciler = new UpdatePolicyReconciler({
+      db: a.db.database.db,
+      logger: pino({ level: 'silent' }),
+      signal: stop.signal,
+      now: () => new Date(Date.now() + offset),
+      onWindowOpens: () => {
+        wakes.push(Date.now() + offset);
+        void reconciler.reconcile();
+      },
+    });
+    try {
+      await reconciler.reconcile();
+      expect((await policy(a)).status.decision).toBe('outsideWindow');
+      const [request] = await eventually(async () => {
+        const r = await requests(a);
+        return r.length ? r : null;
+      }, 'a start once the window opened', 6_000);
+      expect(request!.actor).toBe('update-policy');
+      expect(wakes).toHaveLength(1);
+      expect(wakes[0]).toBeGreaterThanOrEqual(opening);
+    } finally {
+      stop.abort();
+    }
   });
 
   it('waits while a deployment job is queued, then starts once it has ended', async () => {

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { createActor, SimulatedClock } from 'xstate';
 import { getAdjacencyMap, getShortestPaths } from 'xstate/graph';
 import {
-  decide, inWindowAt, updatePolicyMachine, windowOpenedAt,
+  decide, inWindowAt, nextWindowOpening, updatePolicyMachine, windowOpenedAt,
   type PolicyDecision, type PolicyEvent, type PolicyFacts, type PolicyMode, type PolicyWindow,
 } from '../../machines/update-policy.machine.ts';
 import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/sim/chart.ts';
@@ -111,6 +111,15 @@ describe('update policy chart', () => {
     expect(windowOpenedAt(at(WED, 23, 59), allDay)).toEqual(at(WED, 0));
     expect(windowOpenedAt(at(WED + 1, 0), allDay)).toBeNull();
     expect(inWindowAt(at(MON, 2), { ...WINDOW, days: [] })).toBe(false);
+  });
+
+  it('knows when the window opens next (the reconciler sets its timer to it)', () => {
+    expect(nextWindowOpening(at(MON, 1), WINDOW)).toEqual(at(MON, 2));
+    // Open now: the next opening is the next occurrence, not this one.
+    expect(nextWindowOpening(at(MON, 2), WINDOW)).toEqual(at(WED, 2));
+    expect(nextWindowOpening(at(FRI, 3), WINDOW)).toEqual(at(MON + 7, 2));
+    expect(nextWindowOpening(at(FRI, 23), { days: [FRI], startHour: 22, endHour: 3 })).toEqual(at(FRI + 7, 22));
+    expect(nextWindowOpening(at(MON, 1), { ...WINDOW, days: [] })).toBeNull();
   });
 });
 
