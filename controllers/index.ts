@@ -1,7 +1,8 @@
 // The controllers of one process: one reconciler per kind on the shared runtime. Job kinds run one
 // at a time through one claim loop (compose jobs and the host migration never overlap); cancels,
-// self-update requests, the self-update outcome and webhook deliveries each have their own. Reconcilers never import
-// one another: they meet only in the database (rows, and NOTIFY to wake each other).
+// self-update requests, the self-update outcome, webhook deliveries and the update policy each have
+// their own. Reconcilers never import one another: they meet only in the database (rows, and NOTIFY
+// to wake each other).
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { DB } from '../src/db/schema.ts';
@@ -9,6 +10,8 @@ import { JOB_KINDS, QUEUED_KINDS } from '../src/contracts/job-kinds.ts';
 import type { RuntimePort } from '../src/contracts/ports.ts';
 import { claimNextJob, JOBS_CHANNEL } from '../src/state/jobs.ts';
 import { SELF_UPDATE_CHANNEL } from '../src/state/self-update.ts';
+import { OBSERVED_WRITTEN_CHANNEL } from '../src/state/observed.ts';
+import { UPDATE_POLICY_CHANNEL } from '../src/state/update-policy.ts';
 import type { JobEventLog } from '../src/state/job-events.ts';
 import type { Sealer } from '../src/state/platform-config.ts';
 import type { HostRunner } from '../src/adapters/host-runner.ts';
@@ -21,6 +24,7 @@ import { HostMigrationReconciler } from './host-migration.ts';
 import { CancelJobReconciler } from './cancel-job.ts';
 import { SelfUpdateReconciler } from './self-update.ts';
 import { SelfUpdateOutcomeReconciler } from './self-update-outcome.ts';
+import { UpdatePolicyReconciler, type UpdatePolicyDeps } from './update-policy.ts';
 import { Observer, type ObserverDeps } from './observer.ts';
 import { NotificationsReconciler, type RetryPolicy } from './notifications.ts';
 import { NOTIFICATIONS_CHANNEL } from '../src/state/notifications.ts';
@@ -57,10 +61,12 @@ export interface ControllersDeps {
   };
   /** Webhook deliveries (docs/notifications.md); the endpoints' secrets are opened with `jobs.sealer`. */
   notifications: { timeoutMs: number; retry: RetryPolicy; scrub?: (text: string) => string };
+  /** The update policy's clock, its backstop poll and its notification hook. */
+  updatePolicy?: Pick<UpdatePolicyDeps, 'now' | 'onUpdateAvailable'> & { pollMs?: number };
 }
 
 /** Which controllers to start: all of them by default. */
-export type ControllerGroup = 'jobs' | 'self-update' | 'observer' | 'notifications';
+export type ControllerGroup = 'jobs' | 'self-update' | 'observer' | 'notifications' | 'update-policy';
 
 export class Controllers {
   private readonly abort = new AbortController();
@@ -75,6 +81,8 @@ export class Controllers {
   private readonly outcomeLoop: ClaimLoop<never>;
   private readonly notifications: NotificationsReconciler;
   private readonly notifyLoop: ClaimLoop<ClaimedDelivery>;
+  private readonly policy: UpdatePolicyReconciler;
+  private readonly policyLoop: ClaimLoop<never>;
   /** The one writer of observed state; tests start it alone (it claims nothing, see its file). */
   readonly observer: Observer;
   private sweeper: NodeJS.Timeout | undefined;
@@ -142,6 +150,29 @@ export class Controllers {
       reconcile: (delivery) => this.notifications.reconcile(delivery),
     });
     this.notifications.wake = () => this.notifyLoop.wake();
+    // Nothing to claim either: the policy is one row. It wakes when the policy or the quarantine
+    // changes, when the observer wrote the channel row, when a job or an update changes phase, when
+    // its window opens (a timer the reconciler sets), and on a one-minute poll as a backstop.
+    const { pollMs: policyPollMs, ...policyDeps } = d.updatePolicy ?? {};
+    this.policy = new UpdatePolicyReconciler({
+      db: d.db, logger: d.logger.child({ controller: 'update-policy' }), signal, onWindowOpens: () => this.policyLoop.wake(), ...policyDeps,
+    });
+    const channelWrites: Listen = (channel, onNotify) =>
+      listen(channel, (payload) => {
+        if (channel !== OBSERVED_WRITTEN_CHANNEL || payload === 'channel') onNotify(payload);
+      });
+    this.policyLoop = new ClaimLoop<never>({
+      ...common,
+      listen: channelWrites,
+      pollMs: policyPollMs ?? 60_000,
+      name: 'update policy',
+      channels: [UPDATE_POLICY_CHANNEL, OBSERVED_WRITTEN_CHANNEL, SELF_UPDATE_CHANNEL, JOBS_CHANNEL],
+      claim: async () => {
+        await this.policy.reconcile();
+        return undefined;
+      },
+      reconcile: async () => {},
+    });
   }
 
   private async chartOf(jobId: string): Promise<string> {
@@ -150,7 +181,7 @@ export class Controllers {
   }
 
   /** Starts the given controllers (all by default). Call once the database is migrated. */
-  async start(groups: ControllerGroup[] = ['jobs', 'self-update', 'observer', 'notifications']): Promise<void> {
+  async start(groups: ControllerGroup[] = ['jobs', 'self-update', 'observer', 'notifications', 'update-policy']): Promise<void> {
     if (groups.includes('jobs')) {
       await closeInterruptedJobs({ db: this.d.db, events: this.d.events, logger: this.d.logger.child({ controller: 'jobs' }) }, (j) => this.composeJob.stopLeftover(j));
       await this.jobLoop.start();
@@ -167,6 +198,7 @@ export class Controllers {
     }
     if (groups.includes('observer')) await this.observer.start();
     if (groups.includes('notifications')) await this.notifyLoop.start();
+    if (groups.includes('update-policy')) await this.policyLoop.start();
   }
 
   async stop(): Promise<void> {
@@ -174,7 +206,12 @@ export class Controllers {
     this.abort.abort();
     await this.observer.stop();
     this.notifications.stop();
-    await Promise.all([this.jobLoop.stop(), this.cancelLoop.stop(), this.updateLoop.stop(), this.outcomeLoop.stop(), this.notifyLoop.stop()]);
+    await Promise.all([this.jobLoop.stop(), this.cancelLoop.stop(), this.updateLoop.stop(), this.outcomeLoop.stop(), this.notifyLoop.stop(), this.policyLoop.stop()]);
+  }
+
+  /** The update policy's reconciliation, run now (tests). */
+  reconcilePolicy(): Promise<void> {
+    return this.policy.reconcile();
   }
 
   /** The outcome's reconciliation, run now if an update's helper is running (tests and the boot). */

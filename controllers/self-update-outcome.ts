@@ -10,6 +10,7 @@ import type { RuntimePort } from '../src/contracts/ports.ts';
 import { currentMigration } from '../src/db/migrate.ts';
 import { auditTrailChanged, recordFinished } from '../src/state/actions.ts';
 import { pendingReconciliation, updateSelfUpdate } from '../src/state/self-update.ts';
+import { quarantineDigest } from '../src/state/update-policy.ts';
 import { startReconcileRun, updateReconcileRun } from '../src/state/reconcile-runs.ts';
 import { enqueueNotification } from '../src/state/notifications.ts';
 import { HELPER_NAME, type SelfUpdateEngine } from '../src/adapters/self-update.ts';
@@ -116,6 +117,8 @@ export class SelfUpdateOutcomeReconciler {
             type: 'self-update.failed', eventId: `self-update.failed:${p.requestId}`,
             data: { requestId: p.requestId, outcome: 'undecided', targetDigest: p.targetDigest, detail, helperExitCode: exitCode },
           });
+          // Not known to have stuck: no policy starts this build again (docs/update-policy.md).
+          if (p.targetDigest) await quarantineDigest(tx, { digest: p.targetDigest, outcome: 'undecided', detail, requestId: p.requestId });
           return true;
         });
         auditTrailChanged();
@@ -136,6 +139,11 @@ export class SelfUpdateOutcomeReconciler {
               type: 'self-update.schema-alarm', eventId: `self-update.schema-alarm:${p.requestId}`,
               data: { ...data, alarm: CHANGED_SCHEMA, preUpdateMigration: p.preUpdateMigration, schemaMigration: input.now.migration },
             });
+          }
+          // A build that rolled back or failed is never started by a policy again; `neither` after a
+          // switch that worked means someone started another build since: the target did not fail.
+          if (p.targetDigest && phase !== 'completed' && !(phase === 'neither' && helper.status === 'ok')) {
+            await quarantineDigest(tx, { digest: p.targetDigest, outcome: phase, detail, requestId: p.requestId });
           }
           return true;
         });

@@ -11,6 +11,8 @@ import { resolveChannel } from '../src/config.ts';
 import { currentMigration } from '../src/db/migrate.ts';
 import { auditTrailChanged, recordFinished, recordStarted } from '../src/state/actions.ts';
 import { conflictOf } from '../src/state/exclusion.ts';
+import { liftQuarantine } from '../src/state/update-policy.ts';
+import { POLICY_ACTOR } from '../src/auth/actor.ts';
 import { conflict } from '../src/errors.ts';
 import {
   claimNextSelfUpdate, getSelfUpdate, listSelfUpdates, noteSelfUpdateChange, notifySelfUpdate, updateSelfUpdate, type SelfUpdateView,
@@ -169,6 +171,11 @@ export class SelfUpdateReconciler {
           });
           const actionId = String(action.id);
           await updateSelfUpdate(tx, id, { actionId, preUpdateMigration });
+          // Someone started this build by hand, past preflight: its quarantine is lifted, by them
+          // (docs/update-policy.md). The policy's own start never lifts one.
+          if (req.actor !== POLICY_ACTOR.id && (await liftQuarantine(tx, input.target.digest, { id: req.actor, email: req.actorEmail }))) {
+            log.info({ digest: input.target.digest, by: req.actor }, 'quarantine lifted by a manual self-update');
+          }
           return { actionId, preUpdateMigration };
         });
         auditTrailChanged(); // committed now: cached audit pages read before this are stale

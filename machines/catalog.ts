@@ -8,6 +8,7 @@ import { jobMachine, JOB_CHART_VERSION } from './job.machine.ts';
 import { hostMigrationMachine, HOST_MIGRATION_CHART_VERSION } from './host-migration.machine.ts';
 import { selfUpdateMachine, SELF_UPDATE_CHART_VERSION } from './self-update.machine.ts';
 import { bootReconcileMachine, BOOT_RECONCILE_CHART_VERSION } from './boot-reconcile.machine.ts';
+import { updatePolicyMachine, UPDATE_POLICY_CHART_VERSION } from './update-policy.machine.ts';
 
 /** A node of a chart's graph (the shape of ChartNode in src/contracts/ports.ts). */
 export interface ChartNode {
@@ -106,5 +107,6 @@ export const SPECS: ChartSpec[] = [
   { id: 'hostMigration', title: 'Host migration', description: 'copy migrate-host.sh to the host, run it in the host namespaces', version: HOST_MIGRATION_CHART_VERSION, machine: hostMigrationMachine },
   { id: 'selfUpdate', title: 'Self-update', description: 'resolve the channel target, preflight, record the action, spawn the helper', version: SELF_UPDATE_CHART_VERSION, machine: selfUpdateMachine },
   { id: 'bootReconcile', title: 'Boot reconciliation', description: 'on boot: how did the last self-update end (digests and schema compared)', version: BOOT_RECONCILE_CHART_VERSION, machine: bootReconcileMachine },
+  { id: 'updatePolicy', title: 'Update policy', description: 'at each wake: start a self-update in the maintenance window, or say why not (manual, no new build, quarantined, notify, outside the window, busy, tried this window)', version: UPDATE_POLICY_CHART_VERSION, machine: updatePolicyMachine },
 ];
 

@@ -27,6 +27,7 @@ import { lazyRequestLogger } from './request-logger.ts';
 import { machineRoutes } from './routes/machines.ts';
 import { uiRoutes } from './ui.ts';
 import { systemRoutes } from './routes/system.ts';
+import { updatePolicyRoutes } from './routes/update-policy.ts';
 import { observabilityRoutes } from './routes/observability.ts';
 import { tlsRoutes } from './routes/tls.ts';
 import { notificationRoutes } from './routes/notifications.ts';
@@ -188,6 +189,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await api.register(logRoutes);
     await api.register(machineRoutes);
     await api.register(systemRoutes);
+    await api.register(updatePolicyRoutes);
     await api.register(observabilityRoutes(metrics));
     await api.register(tlsRoutes);
     await api.register(notificationRoutes);

@@ -14,7 +14,12 @@ import { VerifiedTokens } from '../auth/verified-tokens.ts';
 import type { UserDirectory, UserStanding } from '../auth/user-directory.ts';
 import { AppError, forbidden, unauthenticated, badRequest } from '../errors.ts';
 
-export type Access = 'public' | Role;
+/**
+ * `admin-or-service`: an admin, or the service token (the platform's control plane, which is an
+ * operator otherwise): for desired state the control plane owns alongside admins, such as the
+ * update policy.
+ */
+export type Access = 'public' | Role | 'admin-or-service';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -174,6 +179,10 @@ export const authPlugin = fp(
       req.principal = principal;
       if (principal.kind === 'user' && principal.mustChangePassword && !req.routeOptions.config?.passwordChange) {
         return new AppError('password_change_required', 'choose a new password first (PUT /api/auth/password)');
+      }
+      if (access === 'admin-or-service') {
+        if (principal.kind !== 'service' && !hasRole(principal, 'admin')) return forbidden('this needs the admin role or the service token');
+        return undefined;
       }
       if (!hasRole(principal, access as Role)) return forbidden(`this needs the ${access} role`);
       return undefined;

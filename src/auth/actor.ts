@@ -19,6 +19,9 @@ export function actorOf(principal: Principal, serviceActorName: string): Actor {
 /** The process itself (boot reconciliation, retention): not a person. */
 export const SYSTEM_ACTOR: Actor = { id: 'installer', email: null };
 
+/** The update policy starting a self-update on its own (docs/update-policy.md): not a person either. */
+export const POLICY_ACTOR: Actor = { id: 'update-policy', email: null };
+
 const RANK: Record<Role, number> = { viewer: 1, operator: 2, admin: 3 };
 
 export function hasRole(principal: Principal, needed: Role): boolean {

@@ -163,6 +163,42 @@ export interface ReconcileRunsTable {
   finished_at: Date | null;
 }
 
+export const UPDATE_POLICY_MODES = ['manual', 'notify', 'auto'] as const;
+export type UpdatePolicyMode = (typeof UPDATE_POLICY_MODES)[number];
+
+/** Desired state: how the installer updates itself (one row, id 1), and the policy reconciler's status. */
+export interface UpdatePolicyTable {
+  id: Generated<number>;
+  mode: UpdatePolicyMode;
+  /** Days the window opens on, 0 = Sunday … 6 = Saturday (UTC). */
+  window_days: Json<number[]>;
+  window_start_hour: number;
+  window_end_hour: number;
+  generation: Generated<number>;
+  updated_by: string | null;
+  updated_at: Timestamp;
+  observed_generation: Generated<number>;
+  decision: string | null;
+  decision_detail: string | null;
+  decided_at: Date | null;
+  available_digest: string | null;
+  available_since: Date | null;
+  last_attempt_digest: string | null;
+  last_attempt_at: Date | null;
+  last_attempt_request_id: string | null;
+}
+
+/** Builds whose update rolled back or failed: never started automatically again until lifted. */
+export interface UpdateQuarantineTable {
+  digest: string;
+  outcome: string;
+  detail: string | null;
+  request_id: string | null;
+  since: Timestamp;
+  lifted_at: Date | null;
+  lifted_by: string | null;
+}
+
 /** Observed state: one row per observed thing, written only by the observer (docs/adr/0023-observed-state.md). */
 export interface ObservedStateTable {
   key: string;
@@ -220,6 +256,8 @@ export interface DB {
   self_update_requests: SelfUpdateRequestsTable;
   self_update_status: SelfUpdateStatusTable;
   reconcile_runs: ReconcileRunsTable;
+  update_policy: UpdatePolicyTable;
+  update_quarantine: UpdateQuarantineTable;
 }
 
 export type User = Selectable<UsersTable>;

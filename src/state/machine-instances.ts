@@ -7,6 +7,7 @@ import type { ChartInstance, ChartView, MachinesPort } from '../contracts/ports.
 import { listJobs, type JobView } from './jobs.ts';
 import { listSelfUpdates, type SelfUpdateView } from './self-update.ts';
 import { listReconcileRuns, type ReconcileRunView } from './reconcile-runs.ts';
+import { getUpdatePolicy, type UpdatePolicyView } from './update-policy.ts';
 import { activeIds, valueText } from '../contracts/charts.ts';
 
 /** How many recent actors of each chart are listed. */
@@ -67,6 +68,13 @@ function reconcileInstance(rootId: string, r: ReconcileRunView, updates: Map<str
   };
 }
 
+/** The policy is one row: its one instance is the reconciler's last decision (a state of the chart). */
+function policyInstances(rootId: string, p: UpdatePolicyView): ChartInstance[] {
+  const { decision, decidedAt, detail } = p.status;
+  if (!decision || !decidedAt) return [];
+  return [{ id: 'update-policy', label: `update policy (${p.mode}, generation ${p.generation})`, phase: decision, state: decision, stateIds: activeIds(rootId, decision), at: decidedAt.toISOString(), ...(detail ? { note: detail } : {}) }];
+}
+
 /** The charts' graphs as the composition root hands them in (machines/catalog.ts). */
 export interface ChartGraphs {
   id: string;
@@ -81,7 +89,7 @@ export function machineCharts(db: Kysely<DB>, charts: ChartGraphs[]): MachinesPo
   return {
     async charts(): Promise<ChartView[]> {
       const jobs = await listJobs(db, { limit: 200 });
-      const [updates, runs] = await Promise.all([listSelfUpdates(db, { limit: CHART_INSTANCES }), listReconcileRuns(db, CHART_INSTANCES)]);
+      const [updates, runs, policy] = await Promise.all([listSelfUpdates(db, { limit: CHART_INSTANCES }), listReconcileRuns(db, CHART_INSTANCES), getUpdatePolicy(db)]);
       const byId = new Map(updates.map((u) => [u.requestId, u]));
       return charts.map((s) => {
         const g = s.graph;
@@ -89,6 +97,7 @@ export function machineCharts(db: Kysely<DB>, charts: ChartGraphs[]): MachinesPo
         if (s.id === 'job') instances = jobs.filter((j) => JOB_KINDS[j.kind].chart === 'job').slice(0, CHART_INSTANCES).map((j) => jobInstance(g.rootId, j));
         else if (s.id === 'hostMigration') instances = jobs.filter((j) => JOB_KINDS[j.kind].chart === 'host-migration').slice(0, CHART_INSTANCES).map((j) => jobInstance(g.rootId, j));
         else if (s.id === 'selfUpdate') instances = updates.map((u) => selfUpdateInstance(g.rootId, u));
+        else if (s.id === 'updatePolicy') instances = policyInstances(g.rootId, policy);
         else instances = runs.map((r) => reconcileInstance(g.rootId, r, byId));
         return { id: s.id, title: s.title, description: s.description, version: s.version, ...g, instances };
       });

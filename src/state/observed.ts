@@ -8,6 +8,8 @@ import type { DB } from '../db/schema.ts';
 import type { ContainerView, VersionInfo } from '../contracts/ports.ts';
 
 export const OBSERVED_CHANNEL = 'observed_refresh';
+/** NOTIFY after the observer wrote a row, the key as payload: for readers that act on a change. */
+export const OBSERVED_WRITTEN_CHANNEL = 'observed_written';
 
 export const OBSERVED_KEYS = ['platform', 'installer', 'channel', 'engine', 'registry', 'platformEnv'] as const;
 export type ObservedKey = (typeof OBSERVED_KEYS)[number];
@@ -114,6 +116,7 @@ export async function writeObserved<K extends ObservedKey>(
     })
     .where('key', '=', key)
     .execute();
+  await sql`select pg_notify(${OBSERVED_WRITTEN_CHANNEL}, ${key})`.execute(db);
 }
 
 /** Keys whose refresh was requested and not yet served (the observer's catch-up after a missed NOTIFY). */

@@ -46,10 +46,11 @@ describe('state charts', () => {
     const jobId = await createJob(t.db.database.db, { kind: 'restart', params: { services: ['web'] }, actor: { id: 'operator' } });
     await updateJobStatus(t.db.database.db, jobId, { snapshot: { status: 'active', value: { running: 'watching' } } });
     const queued = await createJob(t.db.database.db, { kind: 'migrate-host', params: {}, actor: { id: 'admin' } });
+    await t.wired.controllers.reconcilePolicy();
     const res = await t.app.inject({ method: 'GET', url: '/api/machines', headers: { authorization: `Bearer ${await t.token('viewer')}` } });
     expect(res.statusCode, res.body).toBe(200);
     const body = res.json() as ChartBody;
-    expect(body.charts.map((c) => c.id)).toEqual(['job', 'hostMigration', 'selfUpdate', 'bootReconcile']);
+    expect(body.charts.map((c) => c.id)).toEqual(['job', 'hostMigration', 'selfUpdate', 'bootReconcile', 'updatePolicy']);
     for (const c of body.charts) {
       const ids = new Set(c.nodes.map((n) => n.id));
       for (const e of c.edges) expect(ids.has(e.source) && ids.has(e.target), `${c.id} ${e.source} → ${e.target}`).toBe(true);
@@ -58,6 +59,8 @@ describe('state charts', () => {
     expect(job).toMatchObject({ phase: 'queued', state: 'running.watching', stateIds: ['job.running', 'job.running.watching'] });
     expect(body.charts[1]!.instances.find((i) => i.id === queued)).toMatchObject({ phase: 'queued', state: null, stateIds: [] });
     expect(body.charts[3]!.instances[0]).toMatchObject({ state: 'idle', stateIds: ['bootReconcile.idle'] });
+    // The policy is one row: its one instance is the last decision (manual, the default).
+    expect(body.charts[4]!.instances).toMatchObject([{ id: 'update-policy', state: 'manual', stateIds: ['updatePolicy.manual'] }]);
     const anonymous = await t.app.inject({ method: 'GET', url: '/api/machines' });
     expect(anonymous.statusCode).toBe(401);
   });

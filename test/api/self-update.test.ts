@@ -12,6 +12,7 @@ import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { currentMigration } from '../../src/db/migrate.ts';
 import { getSelfUpdate, listSelfUpdates } from '../../src/state/self-update.ts';
 import { Sealer } from '../../src/state/platform-config.ts';
+import { listQuarantine } from '../../src/state/update-policy.ts';
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };
@@ -295,6 +296,7 @@ describe('reconciling the outcome', () => {
     first = second = undefined;
     await db.database.db.deleteFrom('self_update_requests').execute();
     await db.database.db.deleteFrom('deployment_actions').execute();
+    await db.database.db.deleteFrom('update_quarantine').execute();
     await sql`delete from kysely_migration where name = '0099_marker'`.execute(db.database.db);
   });
   afterAll(async () => db?.drop());
@@ -338,6 +340,8 @@ describe('reconciling the outcome', () => {
     expect(await notified(requestId)).toEqual({
       'self-update.completed': expect.objectContaining({ requestId, outcome: 'completed', targetDigest: 'sha256:new', runningDigest: 'sha256:new', helperStatus: 'ok' }),
     });
+    // A build that stuck is not quarantined (docs/update-policy.md).
+    expect(await listQuarantine(db.database.db)).toEqual([]);
   });
 
   it('rolled back: the previous digest runs again; the reason comes from the helper', async () => {
@@ -352,6 +356,8 @@ describe('reconciling the outcome', () => {
         'still on the previous image registry.test/installer:rollback (sha256:old); the local tag dev-latest points at it again',
     );
     expect(await audit(t)).toMatchObject([{ status: 'failed', exit_code: 0, detail: last.detail }]);
+    // Quarantined with the outcome, in the same transaction: no policy starts it again.
+    expect(await listQuarantine(db.database.db)).toMatchObject([{ digest: 'sha256:new', outcome: 'rolled-back', detail: last.detail, liftedAt: null }]);
     // Preflight had pointed the channel tag at the failed build; it names the running image again.
     expect(engine.tags.get(`${REPO}:dev-latest`)).toBe('img-old');
     // The registry still offers the failed build: available, but not as if nothing happened.
@@ -396,6 +402,17 @@ describe('reconciling the outcome', () => {
     expect(last.detail).toMatch(/; the local tag dev-latest points at it again$/);
     expect(engine.tags.get(`${REPO}:dev-latest`)).toBe('img-other');
     expect(await notified(requestId)).toEqual({ 'self-update.failed': expect.objectContaining({ outcome: 'neither', runningDigest: 'sha256:other', helperStatus: 'failed' }) });
+    // Switch and rollback both failed: the target is quarantined.
+    expect(await listQuarantine(db.database.db)).toMatchObject([{ digest: 'sha256:new', outcome: 'neither' }]);
+  });
+
+  it('neither after a switch that worked (another build started since): the target is not quarantined', async () => {
+    const { engine } = await startUpdate();
+    const t = await boot(engine, 'sha256:other', 'img-other', `${REPO}:dev-40`);
+    engine.helpers[0]!.finish({ state: 'exited', exitCode: 0, status: 'ok', switchFailure: null, rollbackFailure: null });
+    const last = await eventually(async () => ((await check(t)).lastUpdate.status !== 'started' ? (await check(t)).lastUpdate : null), 'an outcome');
+    expect(last.status).toBe('neither');
+    expect(await listQuarantine(db.database.db, { includeLifted: true })).toEqual([]);
   });
 
   it('a helper that ends while its backend still runs is reconciled by that backend', async () => {

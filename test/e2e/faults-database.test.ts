@@ -77,10 +77,15 @@ beforeAll(async () => {
   token = await firstAdminToken(base, adminPassword);
 });
 
-/** The controllers' two channels and the user directory's (token revocation across processes). */
+/** Every channel a backend listens on, each on a connection of its own. */
 // One connection per channel (the reconcilers of one channel share it): job requests, user changes,
-// stored job events (the API's streams), observation requests (the observer), self-update requests.
-const CHANNELS = ['LISTEN deployment_jobs', 'LISTEN installer_users', 'LISTEN job_events', 'LISTEN observed_refresh', 'LISTEN self_update_requests'];
+// stored job events (the API's streams), webhook deliveries owed, observation requests (the
+// observer), observed rows written (the update policy), self-update requests, and the update policy
+// and its quarantine.
+const CHANNELS = [
+  'LISTEN deployment_jobs', 'LISTEN installer_users', 'LISTEN job_events', 'LISTEN notification_outbox', 'LISTEN observed_refresh',
+  'LISTEN observed_written', 'LISTEN self_update_requests', 'LISTEN update_policy',
+];
 
 async function listeners(): Promise<string[]> {
   const rows = await pgc!.query<{ query: string }>("select query from pg_stat_activity where application_name = 'installer' and query ilike 'LISTEN %' order by query");

@@ -180,3 +180,36 @@ export type { ChartNode, ChartEdge, ChartInstance, ChartView as Chart, ActionVie
 export type { Container };
 
 export type { ContainerLogLine as LogLine } from '../../contracts/ports.ts';
+
+export type UpdatePolicyMode = 'manual' | 'notify' | 'auto';
+export const WEEK_DAYS = ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'] as const;
+export type WeekDay = (typeof WEEK_DAYS)[number];
+
+/** GET /api/system/update-policy (docs/update-policy.md). */
+export interface UpdatePolicy {
+  mode: UpdatePolicyMode;
+  window: { days: WeekDay[]; startHour: number; endHour: number };
+  generation: number;
+  updatedBy: string | null;
+  updatedAt: string;
+  status: {
+    observedGeneration: number;
+    decision: string | null;
+    detail: string | null;
+    decidedAt: string | null;
+    availableDigest: string | null;
+    availableSince: string | null;
+    lastAttempt: { digest: string; at: string; requestId: string | null } | null;
+  };
+}
+
+/** GET /api/system/quarantine: builds the policy never starts again. */
+export interface QuarantineEntry {
+  digest: string;
+  outcome: string;
+  detail: string | null;
+  requestId: string | null;
+  since: string;
+  liftedAt: string | null;
+  liftedBy: string | null;
+}

@@ -5,6 +5,7 @@ import { readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import type { Wired } from '../../../src/wiring.ts';
+import type { ControllerGroup } from '../../../controllers/index.ts';
 import type { Settings } from '../../../src/config.ts';
 import type { RuntimePort, VersionInfo } from '../../../src/contracts/ports.ts';
 import type { HelperExit, HelperSpec, SelfUpdateEngine } from '../../../src/adapters/self-update.ts';
@@ -195,7 +196,9 @@ export interface SelfUpdateApp {
   close(opts?: { drop?: boolean }): Promise<void>;
 }
 
-export async function startSelfUpdateApp(opts: { db?: TestDatabase; engine?: FakeEngine; runtime?: FakeRuntime; env?: Record<string, string>; controllers?: boolean } = {}): Promise<SelfUpdateApp> {
+export async function startSelfUpdateApp(
+  opts: { db?: TestDatabase; engine?: FakeEngine; runtime?: FakeRuntime; env?: Record<string, string>; controllers?: boolean; groups?: ControllerGroup[] } = {},
+): Promise<SelfUpdateApp> {
   const engine = opts.engine ?? new FakeEngine();
   const runtime = opts.runtime ?? new FakeRuntime();
   const t = await startTestApp({
@@ -203,8 +206,9 @@ export async function startSelfUpdateApp(opts: { db?: TestDatabase; engine?: Fak
     runtime,
     selfUpdateEngine: engine,
     env: { OBSERVED_CHANNEL_MAX_AGE_SECONDS: '0', INSTALLER_REGISTRY: 'registry.test', INSTALLER_CHANNEL: 'dev', INSTALLER_WORK_DIR: '/opt/installer', STAGING_ROOT: '/var/tmp/installer', ...opts.env },
-    // Only the self-update controller: jobs created by a test stay queued, as the 409 cases need.
-    controllers: opts.controllers === false ? false : (wired) => wired.controllers.start(['self-update']),
+    // Only the self-update controller (unless `groups` says otherwise): jobs created by a test stay
+    // queued, as the 409 cases need.
+    controllers: opts.controllers === false ? false : (wired) => wired.controllers.start(opts.groups ?? ['self-update']),
   });
   return { ...t, engine, runtime };
 }

@@ -1,5 +1,5 @@
 // Platform status: containers with state and health, the actions (operator and up), jobs, and the
-// installer's own version and last self-update.
+// installer's own version and last self-update, and the update policy.
 import { useState } from 'preact/hooks';
 import { api, hasRole, type Job, type PlatformStatus, type VersionInfo } from '../api.ts';
 import { useApp } from '../app.tsx';
@@ -7,6 +7,7 @@ import { ago, shortDigest, time } from '../format.ts';
 import { Link, navigate } from '../router.tsx';
 import { Badge, Dialog, ErrorBox, Notice, TableScroll, usePoll } from '../components/common.tsx';
 import { JOB_KINDS } from '../../../contracts/job-kinds.ts';
+import { UpdatePolicyCard } from '../components/update-policy.tsx';
 
 /** What the buttons say of each kind POST /api/deployment/jobs starts; the rest is in the one table of job kinds. */
 export const ACTIONS = [
@@ -98,6 +99,8 @@ export function StatusPage() {
       </section>
 
       <InstallerCard />
+
+      <UpdatePolicyCard />
     </div>
   );
 }

@@ -1,0 +1,144 @@
+// Reconciles the update policy (docs/update-policy.md): reads the policy row, the channel as the
+// observer last saw it, the quarantine and what runs, asks the update-policy chart what to do, and
+// does it: start a self-update through the same request the API's POST writes (so the same 409
+// rules hold, decided in the database), or record that an update is available. Level-based: every
+// wake reads everything again; it holds no state of its own but the clock.
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import type { DB } from '../src/db/schema.ts';
+import { POLICY_ACTOR } from '../src/auth/actor.ts';
+import { AppError } from '../src/errors.ts';
+import { conflictOf } from '../src/state/exclusion.ts';
+import { readObserved, requestRefresh } from '../src/state/observed.ts';
+import { lastUpdate, requestSelfUpdate } from '../src/state/self-update.ts';
+import {
+  clearUpdateAvailable, dayNumbers, getUpdatePolicy, markUpdateAvailable, quarantinedDigests, recordPolicyAttempt, recordPolicyDecision,
+} from '../src/state/update-policy.ts';
+import { decide, nextWindowOpening, type PolicyDecision, type PolicyFacts } from '../machines/update-policy.machine.ts';
+
+export interface UpdatePolicyDeps {
+  db: Kysely<DB>;
+  logger: Logger;
+  signal: AbortSignal;
+  /** The clock the window is read on (tests move it). */
+  now?: () => Date;
+  /**
+   * Called once per new build the policy may announce (modes `notify` and `auto`), after the row
+   * and NOTIFY `update_available` are written: where notifications plug in.
+   */
+  onUpdateAvailable?: (digest: string) => void | Promise<void>;
+  /** Called when the window opens (a timer set after each run, in auto mode): wakes the loop. */
+  onWindowOpens?: () => void;
+}
+
+/** setTimeout's longest delay; a window always opens within a week, well below it. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** Decisions under which the channel's newest build is worth announcing. */
+const ANNOUNCED: readonly PolicyDecision[] = ['notifying', 'outsideWindow', 'busy', 'triedThisWindow', 'starting'];
+
+const DETAIL: Record<PolicyDecision, string> = {
+  idle: 'not evaluated yet',
+  manual: 'mode manual: updates are started by hand only',
+  upToDate: 'the installer runs the newest build of its channel (or the channel is not known yet)',
+  quarantined: 'the newest build is quarantined: its update rolled back or failed; only a manual update starts it',
+  notifying: 'mode notify: an update is available; nothing is started automatically',
+  outsideWindow: 'an update is available; it starts in the next maintenance window',
+  busy: 'an update is available; a deployment job or a self-update runs: waiting for it to end',
+  triedThisWindow: 'the policy already started this build in this window; it tries again in the next one',
+  starting: 'starting a self-update to the newest build',
+};
+
+export class UpdatePolicyReconciler {
+  private running: Promise<void> | null = null;
+  private edge: NodeJS.Timeout | undefined;
+
+  constructor(private readonly d: UpdatePolicyDeps) {
+    d.signal.addEventListener('abort', () => clearTimeout(this.edge), { once: true });
+  }
+
+  /** Wakes the loop when the window next opens, so a start does not wait for the slow poll. */
+  private scheduleOpening(facts: PolicyFacts): void {
+    clearTimeout(this.edge);
+    this.edge = undefined;
+    if (facts.mode !== 'auto' || !this.d.onWindowOpens || this.d.signal.aborted) return;
+    const now = new Date(facts.now);
+    const next = nextWindowOpening(now, facts.window);
+    if (!next) return;
+    const onWindowOpens = this.d.onWindowOpens;
+    this.edge = setTimeout(() => onWindowOpens(), Math.min(MAX_TIMER_MS, next.getTime() - now.getTime() + 1_000));
+    this.edge.unref();
+  }
+
+  /** Single flight: a call during a run returns that run. */
+  reconcile(): Promise<void> {
+    if (this.d.signal.aborted) return Promise.resolve();
+    this.running ??= this.run()
+      .catch((err) => this.d.logger.error({ err }, 'update policy reconciliation failed'))
+      .finally(() => {
+        this.running = null;
+      });
+    return this.running;
+  }
+
+  /** The facts the chart decides on, read from the rows. */
+  private async facts(): Promise<{ facts: PolicyFacts; generation: number }> {
+    const { db } = this.d;
+    const [policy, channel, last, quarantined, conflict] = await Promise.all([
+      getUpdatePolicy(db), readObserved(db, 'channel'), lastUpdate(db), quarantinedDigests(db), conflictOf(db, { kind: 'update' }),
+    ]);
+    // A channel row observed before the last update ended compares a build that no longer runs:
+    // ask for a fresh one and decide nothing on this one.
+    let currentDigest = channel?.data?.currentDigest ?? null;
+    let remoteDigest = channel?.data?.remoteDigest ?? null;
+    if (channel?.observedAt && last.at && last.status !== 'started' && channel.observedAt.getTime() < Date.parse(last.at)) {
+      currentDigest = remoteDigest = null;
+      await requestRefresh(db, 'channel');
+    }
+    const attempt = policy.status.lastAttempt;
+    return {
+      generation: policy.generation,
+      facts: {
+        now: (this.d.now?.() ?? new Date()).toISOString(),
+        mode: policy.mode,
+        window: { days: dayNumbers(policy.window.days), startHour: policy.window.startHour, endHour: policy.window.endHour },
+        currentDigest,
+        remoteDigest,
+        quarantined,
+        jobRunning: conflict !== null,
+        lastAttempt: attempt ? { digest: attempt.digest, at: attempt.at.toISOString() } : null,
+      },
+    };
+  }
+
+  private async run(): Promise<void> {
+    const { db, logger } = this.d;
+    const { facts, generation } = await this.facts();
+    this.scheduleOpening(facts);
+    let decision = decide(facts);
+    let detail = DETAIL[decision];
+    const digest = facts.remoteDigest;
+    if (decision === 'starting' && digest) {
+      try {
+        const requestId = await requestSelfUpdate(db, POLICY_ACTOR);
+        await recordPolicyAttempt(db, digest, requestId);
+        detail = `started self-update request ${requestId} to ${digest}`;
+        logger.info({ requestId, digest }, 'update policy started a self-update inside its maintenance window');
+      } catch (err) {
+        // A job or an update began between the look and the request: the database said no (409).
+        if (!(err instanceof AppError) || err.code !== 'conflict') throw err;
+        decision = 'busy';
+        detail = `${DETAIL.busy} (${err.message})`;
+      }
+    }
+    if (ANNOUNCED.includes(decision) && digest) {
+      if (await markUpdateAvailable(db, digest)) {
+        logger.info({ digest, decision }, 'update policy: a new installer build is available');
+        await this.d.onUpdateAvailable?.(digest);
+      }
+    } else if (decision === 'upToDate' || decision === 'quarantined' || decision === 'manual') {
+      await clearUpdateAvailable(db);
+    }
+    await recordPolicyDecision(db, { generation, decision, detail });
+  }
+}
