@@ -130,11 +130,12 @@ export interface InstallerUnderTest {
 }
 
 /** The installer stack on `tag`, its published compose file under the staging root (file:// URL). */
-export async function startInstaller(images: Images, tag: string, env: Record<string, string> = {}): Promise<InstallerUnderTest> {
+export async function startInstaller(images: Images, tag: string, env: Record<string, string> = {}, channel: 'dev' | 'prod' = 'dev'): Promise<InstallerUnderTest> {
   const publishedDir = path.join(STAGING_ROOT, `published-${images.namespace}`);
   mkdirSync(publishedDir, { recursive: true });
   const publishedFile = path.join(publishedDir, 'docker-compose.yml');
-  const publishedText = `${readFileSync(path.join(ROOT, 'deploy/docker-compose.dev.yml'), 'utf8')}# published for ${images.namespace}\n`;
+  const source = channel === 'dev' ? 'deploy/docker-compose.dev.yml' : 'deploy/docker-compose.yml';
+  const publishedText = `${readFileSync(path.join(ROOT, source), 'utf8')}# published for ${images.namespace}\n`;
   writeFileSync(publishedFile, publishedText);
   const removeStaging = () => {
     rmSync(publishedDir, { recursive: true, force: true });
@@ -149,6 +150,7 @@ export async function startInstaller(images: Images, tag: string, env: Record<st
   try {
     stack = await startStack({
       version: tag,
+      channel,
       env: { INSTALLER_REGISTRY: images.registry, STAGING_ROOT, PUBLISHED_COMPOSE_URL: `file://${publishedFile}`, SELF_UPDATE_WAIT_TIMEOUT_SECONDS: '90', ...env },
     });
   } catch (err) {
