@@ -6,12 +6,17 @@
 #   sh /usr/src/app/scripts/self-update.sh <project> <work-dir> <compose-file> <staged-compose-file> <rollback-tag> <new-tag> <service>
 #
 #   1. backs up <compose-file> to <compose-file>.pre-update and installs <staged-compose-file>;
-#   2. switches: VERSION=<new-tag> docker compose -p <project> -f <compose-file> up -d --wait --wait-timeout 300 <service>
-#      success: status ok, exit 0;
-#   3. on failure restores <compose-file>.pre-update and runs the same pinned to VERSION=<rollback-tag>:
+#   2. when the compose file has a one-shot <service>-init (the schema migrations), runs it on the new
+#      image while the old <service> still serves: VERSION=<new-tag> docker compose -p <project>
+#      -f <compose-file> up -d <service>-init, then waits for it to exit; a failure counts as a
+#      failed switch (docs/adr/0029-migrations-before-the-switch.md);
+#   3. switches: VERSION=<new-tag> docker compose -p <project> -f <compose-file> up -d --wait --wait-timeout 300 <service>,
+#      with INSTALLER_INIT_REPLICAS=0 so that the init that already ran is not run again while the
+#      backend is down; success: status ok, exit 0;
+#   4. on failure restores <compose-file>.pre-update and runs the same pinned to VERSION=<rollback-tag>:
 #      success: status rolled-back, exit 0; failure: status failed, exit 1, recovery path printed.
 #
-# One switch, one rollback, no retries, no down-migrations. The status file <work-dir>/.self-update-status
+# One switch, one rollback, no retries, no down-migrations; the rollback runs no migrations. The status file <work-dir>/.self-update-status
 # holds ok, rolled-back or failed: a breadcrumb for a human (the installer reconciles by digests).
 # A relative <compose-file> is taken in <work-dir>. SELF_UPDATE_WAIT_TIMEOUT replaces the 300 s
 # wait, for tests only. The backend reads the lines starting "self-update: status", "self-update:
@@ -48,16 +53,43 @@ write_status() {
   printf '%s\n' "$1" >"$status_file.tmp" && mv -f "$status_file.tmp" "$status_file"
 }
 
-# up TAG: the switch command pinned to TAG; its output goes to stdout and to $log; sets rc.
+# up TAG: the switch command pinned to TAG; its output goes to stdout and to $log; sets rc. With
+# INSTALLER_INIT_REPLICAS=0 the compose file's one-shot init is not part of it: the switch's init
+# ran before (migrate), and the rollback runs no migrations.
 up() {
-  say "running: VERSION=$1 docker compose -p $project -f $compose_file up -d --wait --wait-timeout $wait_timeout $service"
-  { VERSION=$1 docker compose -p "$project" -f "$compose_file" up -d --wait --wait-timeout "$wait_timeout" "$service" 2>&1; echo "$?" >"$rc_file"; } | tee "$log"
+  say "running: VERSION=$1 INSTALLER_INIT_REPLICAS=0 docker compose -p $project -f $compose_file up -d --wait --wait-timeout $wait_timeout $service"
+  { VERSION=$1 INSTALLER_INIT_REPLICAS=0 docker compose -p "$project" -f "$compose_file" up -d --wait --wait-timeout "$wait_timeout" "$service" 2>&1; echo "$?" >"$rc_file"; } | tee "$log"
   rc=$(cat "$rc_file")
 }
 
 # The last line compose printed: usually why it failed ("container installer-backend is unhealthy").
 last_line() {
   grep -v '^[[:space:]]*$' "$log" | tail -n 1
+}
+
+# migrate TAG: the one-shot <service>-init of the installed compose file on TAG, to its exit; sets rc
+# and, on failure, reason (rc 0 also when the file has no such service). Output: stdout and $log.
+migrate() {
+  init=$service-init
+  if ! VERSION=$1 docker compose -p "$project" -f "$compose_file" config --services 2>/dev/null | grep -qx "$init"; then
+    rc=0
+    return
+  fi
+  say "running: VERSION=$1 docker compose -p $project -f $compose_file up -d $init"
+  { VERSION=$1 docker compose -p "$project" -f "$compose_file" up -d "$init" 2>&1; echo "$?" >"$rc_file"; } | tee "$log"
+  rc=$(cat "$rc_file")
+  if [ "$rc" -ne 0 ]; then
+    reason="$init not started, exit $rc: $(last_line)"
+    return
+  fi
+  id=$(VERSION=$1 docker compose -p "$project" -f "$compose_file" ps -a -q "$init")
+  code=$(docker wait "$id" 2>&1)
+  docker logs "$id" 2>&1 | tee "$log"
+  case $code in
+    0) rc=0; say "$init exited 0 (schema migrated); $service not touched yet" ;;
+    '' | *[!0-9]*) rc=1; reason="cannot wait for $init: $code" ;;
+    *) rc=$code; reason="$init exited $code before the switch: $(last_line)" ;;
+  esac
 }
 
 rm -f "$status_file"
@@ -69,13 +101,16 @@ if cp -p "$compose_file" "$compose_file.pre-update"; then
   backed_up=1
   if cp "$staged" "$compose_file.new" && mv -f "$compose_file.new" "$compose_file"; then
     say "installed $staged as $compose_file (backup: $compose_file.pre-update)"
-    up "$new_tag"
+    migrate "$new_tag"
     if [ "$rc" -eq 0 ]; then
-      write_status ok
-      say "status ok: $service runs $new_tag"
-      exit 0
+      up "$new_tag"
+      if [ "$rc" -eq 0 ]; then
+        write_status ok
+        say "status ok: $service runs $new_tag"
+        exit 0
+      fi
+      reason="exit $rc: $(last_line)"
     fi
-    reason="exit $rc: $(last_line)"
   else
     rm -f "$compose_file.new"
     reason="cannot install $staged as $compose_file"

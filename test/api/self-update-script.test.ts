@@ -26,12 +26,21 @@ beforeEach(() => {
   for (const d of [work, bin, path.dirname(staged)]) spawnSync('mkdir', ['-p', d]);
   writeFileSync(path.join(work, 'docker-compose.yml'), OLD);
   writeFileSync(staged, NEW);
-  // The stand-in records VERSION, its working directory, the compose file it saw and its arguments.
+  // The stand-in records VERSION (and INSTALLER_INIT_REPLICAS when set), its working directory, the
+  // compose file it saw and its arguments.
+  // It lists $SERVICES as the file's services, and its one-shot init exits $INIT_EXIT.
   writeFileSync(
     path.join(bin, 'docker'),
     [
       '#!/bin/sh',
-      'printf "%s|%s|%s|%s\\n" "$VERSION" "$PWD" "$(head -n 2 docker-compose.yml | tail -n 1)" "$*" >> "$CALLS"',
+      'printf "%s|%s|%s|%s\\n" "$VERSION${INSTALLER_INIT_REPLICAS:+ INSTALLER_INIT_REPLICAS=$INSTALLER_INIT_REPLICAS}" "$PWD" "$(head -n 2 docker-compose.yml | tail -n 1)" "$*" >> "$CALLS"',
+      'case "$*" in',
+      '  *" config --services") printf "%s\\n" $SERVICES; exit 0 ;;',
+      '  *" ps -a -q backend-init") echo init-id; exit 0 ;;',
+      '  "wait init-id") echo "$INIT_EXIT"; exit 0 ;;',
+      '  "logs init-id") echo "schema migrated"; [ "$INIT_EXIT" = 0 ] || echo "installer: migration failed: 0099_marker failed: boom" >&2; exit 0 ;;',
+      '  *" up -d backend-init") echo " Container installer-backend-init  Started"; exit 0 ;;',
+      'esac',
       'for t in $FAIL_TAGS; do if [ "$t" = "$VERSION" ]; then echo " Container installer-backend  Waiting"; echo "dependency failed to start: container installer-backend is unhealthy" >&2; exit 1; fi; done',
       'echo " Container installer-backend  Healthy"',
     ].join('\n'),
@@ -39,11 +48,18 @@ beforeEach(() => {
   chmodSync(path.join(bin, 'docker'), 0o755);
 });
 
-function helper(opts: { failTags?: string; waitTimeout?: string; args?: string[] } = {}) {
+function helper(opts: { failTags?: string; waitTimeout?: string; args?: string[]; services?: string; initExit?: number } = {}) {
   const calls = path.join(dir, 'calls');
   const args = opts.args ?? ['installer', work, 'docker-compose.yml', staged, 'rollback', 'dev-latest', 'backend'];
   const r = spawnSync('sh', [SCRIPT, ...args], {
-    env: { PATH: `${bin}:/usr/bin:/bin`, CALLS: calls, FAIL_TAGS: opts.failTags ?? '', ...(opts.waitTimeout ? { SELF_UPDATE_WAIT_TIMEOUT: opts.waitTimeout } : {}) },
+    env: {
+      PATH: `${bin}:/usr/bin:/bin`,
+      CALLS: calls,
+      FAIL_TAGS: opts.failTags ?? '',
+      SERVICES: opts.services ?? 'postgres backend',
+      INIT_EXIT: String(opts.initExit ?? 0),
+      ...(opts.waitTimeout ? { SELF_UPDATE_WAIT_TIMEOUT: opts.waitTimeout } : {}),
+    },
     encoding: 'utf8',
   });
   const status = existsSync(path.join(work, '.self-update-status')) ? readFileSync(path.join(work, '.self-update-status'), 'utf8') : null;
@@ -54,13 +70,15 @@ function helper(opts: { failTags?: string; waitTimeout?: string; args?: string[]
 const composeFile = () => readFileSync(path.join(work, 'docker-compose.yml'), 'utf8');
 const backup = () => readFileSync(path.join(work, 'docker-compose.yml.pre-update'), 'utf8');
 const upArgs = (timeout = '300') => `compose -p installer -f docker-compose.yml up -d --wait --wait-timeout ${timeout} backend`;
+/** The helper asks the installed file whether it has a one-shot backend-init before the switch. */
+const servicesCall = () => ['dev-latest', work, '  backend: { image: new }', 'compose -p installer -f docker-compose.yml config --services'];
 
 describe('self-update.sh', () => {
   it('switch succeeds: status ok, exit 0, the new compose file installed, the old one backed up', () => {
     const r = helper();
     expect(r.code).toBe(0);
     expect(r.status).toBe('ok\n');
-    expect(r.calls).toEqual([['dev-latest', work, '  backend: { image: new }', upArgs()]]);
+    expect(r.calls).toEqual([servicesCall(), ['dev-latest INSTALLER_INIT_REPLICAS=0', work, '  backend: { image: new }', upArgs()]]);
     expect(composeFile()).toBe(NEW);
     expect(backup()).toBe(OLD);
     expect(parseHelperLog(r.out)).toEqual({ status: 'ok', switchFailure: null, rollbackFailure: null });
@@ -71,8 +89,9 @@ describe('self-update.sh', () => {
     expect(r.code).toBe(0);
     expect(r.status).toBe('rolled-back\n');
     expect(r.calls).toEqual([
-      ['dev-latest', work, '  backend: { image: new }', upArgs()],
-      ['rollback', work, '  backend: { image: old }', upArgs()],
+      servicesCall(),
+      ['dev-latest INSTALLER_INIT_REPLICAS=0', work, '  backend: { image: new }', upArgs()],
+      ['rollback INSTALLER_INIT_REPLICAS=0', work, '  backend: { image: old }', upArgs()],
     ]);
     expect(composeFile()).toBe(OLD);
     expect(parseHelperLog(r.out)).toEqual({
@@ -86,14 +105,14 @@ describe('self-update.sh', () => {
     const r = helper({ failTags: 'dev-latest rollback' });
     expect(r.code).toBe(1);
     expect(r.status).toBe('failed\n');
-    expect(r.calls.map((c) => c[0])).toEqual(['dev-latest', 'rollback']);
+    expect(r.calls.map((c) => c[0])).toEqual(['dev-latest', 'dev-latest INSTALLER_INIT_REPLICAS=0', 'rollback INSTALLER_INIT_REPLICAS=0']);
     expect(r.out).toContain('fetch the installer compose file from object storage');
     expect(r.out).toContain('docker compose pull && docker compose up -d');
     expect(parseHelperLog(r.out)).toMatchObject({ status: 'failed', rollbackFailure: 'exit 1: dependency failed to start: container installer-backend is unhealthy' });
   });
 
   it('the wait timeout is 300 unless the test-only variable says otherwise', () => {
-    expect(helper({ waitTimeout: '7' }).calls[0]![3]).toBe(upArgs('7'));
+    expect(helper({ waitTimeout: '7' }).calls[1]![3]).toBe(upArgs('7'));
     expect(helper({ waitTimeout: 'soon' }).code).toBe(2);
   });
 
@@ -101,9 +120,39 @@ describe('self-update.sh', () => {
     const r = helper({ args: ['installer', work, 'docker-compose.yml', path.join(dir, 'missing.yml'), 'rollback', 'dev-latest', 'backend'] });
     expect(r.code).toBe(0);
     expect(r.status).toBe('rolled-back\n');
-    expect(r.calls.map((c) => c[0])).toEqual(['rollback']);
+    expect(r.calls.map((c) => c[0])).toEqual(['rollback INSTALLER_INIT_REPLICAS=0']);
     expect(composeFile()).toBe(OLD);
     expect(parseHelperLog(r.out).switchFailure).toMatch(/^cannot install .*missing\.yml as docker-compose\.yml$/);
+  });
+
+  it('with a one-shot backend-init in the new file, runs it on the new tag to its end before the switch', () => {
+    const r = helper({ services: 'postgres backend-init backend' });
+    expect(r.code).toBe(0);
+    expect(r.status).toBe('ok\n');
+    const file = '  backend: { image: new }';
+    expect(r.calls).toEqual([
+      servicesCall(),
+      ['dev-latest', work, file, 'compose -p installer -f docker-compose.yml up -d backend-init'],
+      ['dev-latest', work, file, 'compose -p installer -f docker-compose.yml ps -a -q backend-init'],
+      ['', work, file, 'wait init-id'],
+      ['', work, file, 'logs init-id'],
+      ['dev-latest INSTALLER_INIT_REPLICAS=0', work, file, upArgs()],
+    ]);
+    expect(r.out).toContain('schema migrated');
+    expect(r.out).toContain('self-update: backend-init exited 0 (schema migrated); backend not touched yet');
+  });
+
+  it('a one-shot init that fails is a failed switch: the new tag never reaches the backend, the rollback runs', () => {
+    const r = helper({ services: 'postgres backend-init backend', initExit: 3 });
+    expect(r.code).toBe(0);
+    expect(r.status).toBe('rolled-back\n');
+    expect(r.calls.filter((c) => c[3]!.includes('--wait')).map((c) => c[0])).toEqual(['rollback INSTALLER_INIT_REPLICAS=0']);
+    expect(composeFile()).toBe(OLD);
+    expect(parseHelperLog(r.out)).toEqual({
+      status: 'rolled-back',
+      switchFailure: 'backend-init exited 3 before the switch: installer: migration failed: 0099_marker failed: boom',
+      rollbackFailure: null,
+    });
   });
 
   it('takes exactly seven arguments', () => {

@@ -20,6 +20,10 @@ describe('deploy/docker-compose*.yml', () => {
       expect([s.backend.container_name, s['backend-init'].container_name, s.postgres.container_name]).toEqual(['installer-backend', 'installer-backend-init', 'installer-postgres']);
       expect(s.backend.environment).toMatchObject({ INSTALLER_CHANNEL: channel, TZ: 'UTC', MIGRATE_ON_BOOT: 'false' });
       expect(s.backend.depends_on['backend-init'].condition).toBe('service_completed_successfully');
+      // One init per deploy; none in the helper's switch, which ran it before (docs/adr/0029-migrations-before-the-switch.md).
+      expect(s['backend-init'].deploy.replicas).toBe(1);
+      const helperSwitch = JSON.parse((await config(file, { DATABASE_PASSWORD: 'pw', INSTALLER_INIT_REPLICAS: '0' })).stdout).services;
+      expect(helperSwitch['backend-init'].deploy.replicas).toBe(0);
       expect(s.backend.networks.platform.aliases).toEqual(['installer-backend']);
       expect(c.networks.platform.name).toBe('platform');
       for (const svc of Object.values(s) as { logging?: unknown }[]) expect(svc.logging).toBeUndefined();

@@ -47,6 +47,11 @@ describe('secrets reach the containers as files, never in their configuration', 
     // the new digest with its database reachable.
     await i.until('the backend on the new digest', async () => ((await i.get('/api/version')).body as { digest?: string }).digest === target);
     expect((await i.get('/api/health')).body).toEqual({ status: 'ok', db: 'up' });
+    // The helper ran the one-shot init on the new image before its switch, which then left it out
+    // (docs/adr/0029-migrations-before-the-switch.md); an operator's `docker compose up -d --wait`
+    // runs it again from the same service definition, so that it exists to be inspected.
+    expect((await docker(['ps', '-a', '--filter', 'name=^installer-backend-init$', '--format', '{{.Names}}'])).trim()).toBe('');
+    await i.stack.compose(['up', '-d', '--wait', '--wait-timeout', '180'], { VERSION: 'dev-latest' });
   });
 
   it('the full docker inspect of backend, init, postgres and helper holds none of the four secret values', async () => {
