@@ -67,6 +67,7 @@ export interface ControllersDeps {
 
 /** Which controllers to start: all of them by default. */
 export type ControllerGroup = 'jobs' | 'self-update' | 'observer' | 'notifications' | 'update-policy';
+const ALL_GROUPS: ControllerGroup[] = ['jobs', 'self-update', 'observer', 'notifications', 'update-policy'];
 
 export class Controllers {
   private readonly abort = new AbortController();
@@ -86,6 +87,7 @@ export class Controllers {
   /** The one writer of observed state; tests start it alone (it claims nothing, see its file). */
   readonly observer: Observer;
   private sweeper: NodeJS.Timeout | undefined;
+  private prepared = false;
 
   constructor(private readonly d: ControllersDeps) {
     const listen = sharedListen(d.listen);
@@ -180,18 +182,31 @@ export class Controllers {
     return row ? JOB_KINDS[row.kind].chart : 'job';
   }
 
-  /** Starts the given controllers (all by default). Call once the database is migrated. */
-  async start(groups: ControllerGroup[] = ['jobs', 'self-update', 'observer', 'notifications', 'update-policy']): Promise<void> {
+  /**
+   * Closes what a restart interrupted, from the database alone (no loop, no LISTEN connection), so
+   * that the API, which may answer before the loops run, never shows it as still running. `start`
+   * runs it if nobody did.
+   */
+  async prepare(groups: ControllerGroup[] = ALL_GROUPS): Promise<void> {
+    if (this.prepared) return;
+    this.prepared = true;
     if (groups.includes('jobs')) {
       await closeInterruptedJobs({ db: this.d.db, events: this.d.events, logger: this.d.logger.child({ controller: 'jobs' }) }, (j) => this.composeJob.stopLeftover(j));
+    }
+    // Before the outcome's first run: an interrupted preflight whose helper did start becomes in flight.
+    if (groups.includes('self-update')) await this.selfUpdate.closeInterrupted();
+  }
+
+  /** Starts the given controllers (all by default). Call once the database is migrated. */
+  async start(groups: ControllerGroup[] = ALL_GROUPS): Promise<void> {
+    await this.prepare(groups);
+    if (groups.includes('jobs')) {
       await this.jobLoop.start();
       await this.cancelLoop.start();
       this.sweeper = setInterval(() => this.d.events.sweep(), this.d.sweepMs ?? 60_000);
       this.sweeper.unref();
     }
     if (groups.includes('self-update')) {
-      // Before the outcome's first run: an interrupted preflight whose helper did start becomes in flight.
-      await this.selfUpdate.closeInterrupted();
       await this.updateLoop.start();
       // Not awaited: the backend must come up (and be judged healthy) while the helper still waits.
       await this.outcomeLoop.start();

@@ -45,6 +45,9 @@ if [ ! -d "$deps/node_modules" ]; then
 fi
 
 (cd "$root" && npx tsc -p tsconfig.build.json --outDir "$cache/dist")
+# The backend as one module (the image's CMD), beside the compiled files that the CLIs, the
+# healthcheck and the migrations still load one by one.
+(cd "$root" && node --import tsx scripts/bundle-backend.ts "$cache/dist")
 # The operator UI (Vite); the backend serves it from dist/src/ui/dist, beside dist/src/api (src/api/ui.ts).
 (cd "$root" && npx vite build src/ui --outDir "$cache/ui" --emptyOutDir)
 

@@ -16,7 +16,9 @@ if (tls) logCertificate(logger, tls);
 
 const wired = wire(booted);
 const app = await buildApp({ ...wired.deps, tls: tls ? { source: tls.source, fingerprint256: tls.fingerprint256, spkiSha256: tls.spkiSha256, subject: tls.subject, notAfter: tls.notAfter } : null });
-await wired.start();
+// Interrupted work is closed before the API answers; the loops, the observer and their LISTEN
+// connections start after it listens: a self-update's outage ends at the listen (docs/self-update.md).
+await wired.prepare();
 const serving: { listeners?: Listeners } = {};
 
 let stopping = false;
@@ -43,4 +45,5 @@ process.on('SIGINT', () => void shutdown('SIGINT'));
 
 const listeners = await startListeners(app, settings, tls, logger);
 serving.listeners = listeners;
+await wired.start();
 logger.info({ role: settings.INSTALLER_ROLE, address: listeners.httpAddress, ...(listeners.httpsAddress ? { httpsAddress: listeners.httpsAddress } : {}) }, settings.INSTALLER_ROLE === 'controllers' ? 'installer controllers running; listening for the healthcheck only' : 'installer listening');

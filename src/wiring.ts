@@ -37,6 +37,8 @@ export interface Wired {
   events: JobEventLog;
   /** The host migration's runner, as the jobs controller uses it. */
   hostRunner: HostRunner;
+  /** Closes what a restart interrupted (database only); before the API answers. `start` does it too. */
+  prepare(): Promise<void>;
   /** Starts the controllers (after retention pruning); call once the database is migrated. */
   start(): Promise<void>;
   stop(): Promise<void>;
@@ -153,6 +155,9 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     selfUpdateEngine,
     events,
     hostRunner,
+    async prepare() {
+      if (settings.INSTALLER_ROLE !== 'api') await controllers.prepare();
+    },
     async start() {
       const cutoff = new Date(Date.now() - settings.JOB_EVENT_RETENTION_DAYS * 86_400_000);
       const pruned = await pruneJobEvents(database.db, cutoff);

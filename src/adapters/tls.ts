@@ -4,7 +4,6 @@
 import { createHash, createPrivateKey, X509Certificate } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { generate } from 'selfsigned';
 import { ConfigError, type Settings } from '../config.ts';
 
 /** The generated certificate's files, in the secrets directory (key mode 0600). */
@@ -115,6 +114,8 @@ export async function generatedCertificate(secretsDir: string, opts: TlsOptions 
   if (existing) return { ...existing, source: 'generated', certFile, ...describeCertificate(existing.cert) };
 
   mkdirSync(path.dirname(certFile), { recursive: true, mode: 0o700 });
+  // Loaded only here, once per install: its X.509 and ASN.1 libraries cost every start a third of a second.
+  const { generate } = await import('selfsigned');
   const made = await generate([{ name: 'commonName', value: 'installer' }, { name: 'organizationName', value: 'installer (self-signed)' }], {
     keyType: 'rsa',
     keySize: 2048,
