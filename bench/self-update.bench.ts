@@ -162,7 +162,8 @@ const bench: Bench = async (log) => {
     const target = await images.publish('crashes', 'prod');
     await update(i, target, 'rolled-back');
     const { lines, totalS } = await helperTimes();
-    const from = lines.find((l) => l.text.startsWith('self-update: running: VERSION='));
+    // The switch (the helper's line with --wait), not the migrations it ran before.
+    const from = lines.find((l) => l.text.startsWith('self-update: running: VERSION=') && l.text.includes(' --wait '));
     const to = lines.find((l) => l.text.startsWith('self-update: status rolled-back'));
     if (!from || !to) throw new Error(`helper output lacks the switch or the rollback:\n${lines.map((l) => l.text).join('\n')}`);
     const crashToHealthy = (to.at - from.at) / 1000;
