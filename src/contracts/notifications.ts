@@ -32,3 +32,32 @@ export interface NotificationBody {
   occurredAt: string;
   data: Record<string, unknown>;
 }
+
+/** A webhook endpoint as the API answers it (never its secret). */
+export interface WebhookJson {
+  id: string;
+  url: string;
+  enabled: boolean;
+  createdBy: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** A delivery as the API answers it: the outbox row, times as ISO 8601 strings. */
+export interface DeliveryJson {
+  id: string;
+  endpointId: string;
+  endpointUrl: string;
+  eventId: string;
+  eventType: string;
+  idempotencyKey: string;
+  status: DeliveryStatus;
+  attempts: number;
+  nextAttemptAt: string | null;
+  lastAttemptAt: string | null;
+  lastStatus: number | null;
+  lastError: string | null;
+  deliveredAt: string | null;
+  failedAt: string | null;
+  createdAt: string;
+}

@@ -8,6 +8,7 @@ import { z } from 'zod';
 import {
   addEndpoint, changeEndpoint, enqueueTest, listDeliveries, listEndpoints, removeEndpoint, urlForAudit, type DeliveryView, type EndpointView,
 } from '../../state/notifications.ts';
+import type { DeliveryJson, WebhookJson } from '../../contracts/notifications.ts';
 
 export const WEBHOOK_URL_MAX = 2000;
 
@@ -58,8 +59,8 @@ const deliverySchema = z.object({
 const params = z.strictObject({ id: z.uuid({ error: 'id must be a webhook endpoint id (a UUID)' }) });
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
-const out = (e: EndpointView) => ({ id: e.id, url: e.url, enabled: e.enabled, createdBy: e.createdBy, createdAt: e.createdAt.toISOString(), updatedAt: e.updatedAt.toISOString() });
-const outDelivery = (d: DeliveryView) => ({
+const out = (e: EndpointView): WebhookJson => ({ id: e.id, url: e.url, enabled: e.enabled, createdBy: e.createdBy, createdAt: e.createdAt.toISOString(), updatedAt: e.updatedAt.toISOString() });
+const outDelivery = (d: DeliveryView): DeliveryJson => ({
   ...d, nextAttemptAt: iso(d.nextAttemptAt), lastAttemptAt: iso(d.lastAttemptAt), deliveredAt: iso(d.deliveredAt), failedAt: iso(d.failedAt), createdAt: d.createdAt.toISOString(),
 });
 

@@ -5,33 +5,7 @@ import { useState } from 'preact/hooks';
 import { api } from '../api.ts';
 import { time } from '../format.ts';
 import { Badge, Dialog, ErrorBox, Notice, TableScroll, usePoll } from '../components/common.tsx';
-
-export interface WebhookRow {
-  id: string;
-  url: string;
-  enabled: boolean;
-  createdBy: string;
-  createdAt: string;
-  updatedAt: string;
-}
-
-export interface DeliveryRow {
-  id: string;
-  endpointId: string;
-  endpointUrl: string;
-  eventId: string;
-  eventType: string;
-  idempotencyKey: string;
-  status: 'pending' | 'delivered' | 'failed';
-  attempts: number;
-  nextAttemptAt: string | null;
-  lastAttemptAt: string | null;
-  lastStatus: number | null;
-  lastError: string | null;
-  deliveredAt: string | null;
-  failedAt: string | null;
-  createdAt: string;
-}
+import type { WebhookJson as WebhookRow, DeliveryJson as DeliveryRow } from '../../../contracts/notifications.ts';
 
 const HTTP_URL = /^https?:\/\/[^\s/]+/i;
 
