@@ -20,6 +20,10 @@ describe('deploy/docker-compose*.yml', () => {
       expect([s.backend.container_name, s['backend-init'].container_name, s.postgres.container_name]).toEqual(['installer-backend', 'installer-backend-init', 'installer-postgres']);
       expect(s.backend.environment).toMatchObject({ INSTALLER_CHANNEL: channel, TZ: 'UTC', MIGRATE_ON_BOOT: 'false' });
       expect(s.backend.depends_on['backend-init'].condition).toBe('service_completed_successfully');
+      // A first start waits for a healthy database through the init; the backend itself only needs it
+      // started, so that a switch (no init) does not poll a serving database with the backend down.
+      expect(s['backend-init'].depends_on.postgres.condition).toBe('service_healthy');
+      expect(s.backend.depends_on.postgres.condition).toBe('service_started');
       // One init per deploy; none in the helper's switch, which ran it before (docs/adr/0029-migrations-before-the-switch.md).
       expect(s['backend-init'].deploy.replicas).toBe(1);
       const helperSwitch = JSON.parse((await config(file, { DATABASE_PASSWORD: 'pw', INSTALLER_INIT_REPLICAS: '0' })).stdout).services;
