@@ -4,7 +4,12 @@
 //   node --import tsx scripts/bundle-backend.ts <dist-dir>
 // writes <dist-dir>/src/bundle/main.js, two levels under <dist-dir> like every other module, so the
 // paths it finds relative to itself (migrations/, src/ui/dist/, package.json) are the same.
+// Beside it, prime.mjs fills Node's compile cache at image build (deploy/Dockerfile): it loads the
+// packages the bundle imports from node_modules, then exits before the bundle runs. Every module of
+// an ES module graph is compiled before the first one is evaluated, so the bundle is compiled (and
+// its code cache written) although it never starts.
 import { build, type Plugin } from 'esbuild';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 
 const dist = process.argv[2];
@@ -30,9 +35,11 @@ const noBuildKitSession: Plugin = {
   },
 };
 
-await build({
+const outfile = path.join(dist, 'src/bundle/main.js');
+const result = await build({
+  metafile: true,
   entryPoints: [path.join(dist, 'src/main.js')],
-  outfile: path.join(dist, 'src/bundle/main.js'),
+  outfile,
   bundle: true,
   platform: 'node',
   format: 'esm',
@@ -47,3 +54,20 @@ await build({
   legalComments: 'none',
   logLevel: 'warning',
 });
+
+// The packages the bundle imports statically (the ones it imports on demand may be absent).
+const imported = [...new Set(Object.entries(result.metafile.outputs).find(([file]) => path.resolve(file) === path.resolve(outfile))![1].imports
+  .filter((i) => i.external && i.kind === 'import-statement' && !i.path.startsWith('node:'))
+  .map((i) => i.path))].sort();
+const bundleDir = path.dirname(outfile);
+await writeFile(path.join(bundleDir, 'prime-exit.mjs'), '// The end of prime.mjs: everything before it is loaded, the bundle after it is only compiled.\nprocess.exit(0);\n');
+await writeFile(
+  path.join(bundleDir, 'prime.mjs'),
+  [
+    '// Fills NODE_COMPILE_CACHE for main.js without starting it (scripts/bundle-backend.ts).',
+    ...imported.map((p) => `import ${JSON.stringify(p)};`),
+    "import './prime-exit.mjs';",
+    "import './main.js';",
+    '',
+  ].join('\n'),
+);

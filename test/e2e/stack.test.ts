@@ -63,6 +63,19 @@ describe('the installer stack (dev compose file, real engine, local registry)', 
     expect((await fetch(`${stack!.baseUrl}${asset}`)).status).toBe(200);
   });
 
+  it("starts from the compile cache the image was built with (V8 accepts it under the CMD's own flags)", async () => {
+    const image = JSON.parse(await docker(['image', 'inspect', ref]))[0];
+    const cmd: string[] = image.Config.Cmd;
+    expect(cmd.at(-1)).toBe('/usr/src/app/dist/src/bundle/main.js');
+    expect(image.Config.Env.find((e: string) => e.startsWith('NODE_COMPILE_CACHE='))).toBeDefined();
+    // The image's own command with a port that stops it at its configuration, before it does anything.
+    const r = await run('docker', ['run', '--rm', '-e', 'NODE_DEBUG_NATIVE=COMPILE_CACHE', '-e', 'PORT=not-a-port', '--entrypoint', cmd[0]!, ref, ...cmd.slice(1)]);
+    expect(r.stderr).toContain('installer: configuration error: PORT');
+    const out = r.stdout + r.stderr;
+    expect(out).toContain('V8 code cache for ESM file:///usr/src/app/dist/src/bundle/main.js was accepted');
+    expect(out).not.toMatch(/bundle\/main\.js was rejected/);
+  });
+
   it('sits on the platform network as installer-backend and keeps its secrets out of the logs', async () => {
     const backend = JSON.parse(await docker(['inspect', 'installer-backend']))[0];
     expect(backend.NetworkSettings.Networks.platform.Aliases).toContain('installer-backend');
