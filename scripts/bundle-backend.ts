@@ -22,16 +22,22 @@ if (!dist) {
 // static assets, their package.json) or load optional native addons.
 const EXTERNAL = ['@electric-sql/pglite', '@fastify/swagger', '@fastify/swagger-ui', 'pg-native', 'ssh2', 'cpu-features'];
 
-// dockerode loads gRPC and protobuf at import for BuildKit sessions, which only its buildImage uses
-// and the installer never calls: a quarter of the start-up's CPU for nothing.
-const noBuildKitSession: Plugin = {
-  name: 'no-buildkit-session',
+// Parts of the Docker client the installer never uses, which load heavy packages at import:
+// dockerode's BuildKit sessions (gRPC and protobuf; only buildImage uses them) and docker-modem's SSH
+// transport (ssh2; the installer reaches the engine on its Unix socket, src/adapters/docker-engine.ts).
+// Together they were over a quarter of the start-up's CPU.
+const UNUSED: { pkg: string; request: string; stub: string }[] = [
+  { pkg: 'dockerode', request: './session', stub: "module.exports = function withSession() { throw new Error('BuildKit sessions are not part of the installer bundle'); };" },
+  { pkg: 'docker-modem', request: './ssh', stub: "module.exports = function sshAgent() { throw new Error('SSH connections to the engine are not part of the installer bundle'); };" },
+];
+const noUnusedDockerParts: Plugin = {
+  name: 'no-unused-docker-parts',
   setup(b) {
-    b.onResolve({ filter: /^\.\/session$/ }, (args) => (args.importer.includes(`${path.sep}dockerode${path.sep}`) ? { path: 'dockerode-session', namespace: 'stub' } : undefined));
-    b.onLoad({ filter: /.*/, namespace: 'stub' }, () => ({
-      contents: "module.exports = function withSession() { throw new Error('BuildKit sessions are not part of the installer bundle'); };",
-      loader: 'js',
-    }));
+    b.onResolve({ filter: /^\.\/(session|ssh)$/ }, (args) => {
+      const i = UNUSED.findIndex((u) => u.request === args.path && args.importer.includes(`${path.sep}${u.pkg}${path.sep}`));
+      return i < 0 ? undefined : { path: String(i), namespace: 'stub' };
+    });
+    b.onLoad({ filter: /.*/, namespace: 'stub' }, (args) => ({ contents: UNUSED[Number(args.path)]!.stub, loader: 'js' }));
   },
 };
 
@@ -45,7 +51,7 @@ const result = await build({
   format: 'esm',
   target: 'node24',
   external: EXTERNAL,
-  plugins: [noBuildKitSession],
+  plugins: [noUnusedDockerParts],
   // CommonJS packages inside an ES module still call require() for Node's built-ins.
   banner: { js: "import { createRequire as __bundleRequire } from 'node:module'; const require = __bundleRequire(import.meta.url);" },
   minifyWhitespace: true,
