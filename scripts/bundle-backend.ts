@@ -19,8 +19,10 @@ if (!dist) {
 }
 
 // Left to node_modules at run time: packages that read files beside their own code (WebAssembly,
-// static assets, their package.json) or load optional native addons.
-const EXTERNAL = ['@electric-sql/pglite', '@fastify/swagger', '@fastify/swagger-ui', 'pg-native', 'ssh2', 'cpu-features'];
+// static assets) or load optional native addons. @fastify/swagger is bundled: it reads its
+// package.json only for defaults the app sets, and loading it (yaml above all) from node_modules was
+// a third of building the app.
+const EXTERNAL = ['@electric-sql/pglite', '@fastify/swagger-ui', 'pg-native', 'ssh2', 'cpu-features'];
 
 // Parts of the Docker client the installer never uses, which load heavy packages at import:
 // dockerode's BuildKit sessions (gRPC and protobuf; only buildImage uses them) and docker-modem's SSH

@@ -63,6 +63,17 @@ describe('the installer stack (dev compose file, real engine, local registry)', 
     expect((await fetch(`${stack!.baseUrl}${asset}`)).status).toBe(200);
   });
 
+  it('serves its OpenAPI document and its viewer from the bundled backend', async () => {
+    const doc = await fetch(`${stack!.baseUrl}/api/docs/json`);
+    expect(doc.status).toBe(200);
+    const api = (await doc.json()) as { openapi: string; info: { title: string }; paths: Record<string, unknown> };
+    expect(api.info.title).toBe('Installer API');
+    expect(Object.keys(api.paths)).toContain('/api/system/self-update');
+    const viewer = await fetch(`${stack!.baseUrl}/api/docs/`);
+    expect(viewer.status).toBe(200);
+    expect(await viewer.text()).toContain('swagger-ui');
+  });
+
   it("starts from the compile cache the image was built with (V8 accepts it under the CMD's own flags)", async () => {
     const image = JSON.parse(await docker(['image', 'inspect', ref]))[0];
     const cmd: string[] = image.Config.Cmd;
