@@ -140,6 +140,8 @@ export interface LastUpdate {
   detail: string | null;
   at: string | null;
   targetDigest: string | null;
+  /** The update's job: its transcript (absent from a backend that predates it). */
+  jobId?: string | null;
 }
 
 export interface SelfUpdateCheck {

@@ -172,6 +172,14 @@ export class FakeEngine implements SelfUpdateEngine {
     this.helpers.push({ id, spec, running: false, exit, finish: () => {} });
     this.exits.set(id, Promise.resolve(exit));
   }
+  /** What each helper printed, by container id (helperOutput). */
+  outputs = new Map<string, string[]>();
+  async helperOutput(id: string | null): Promise<string[]> {
+    this.check('helperOutput');
+    const out = id ? this.outputs.get(id) : undefined;
+    if (!out) throw new Error(`no such container: ${id ?? 'installer-self-updater'}`);
+    return [...out];
+  }
   async waitHelper(id: string | null, opts: { deadline: Date | null; signal: AbortSignal }): Promise<HelperExit> {
     this.check('waitHelper');
     const exited = id ? this.exits.get(id) : undefined;
