@@ -30,7 +30,7 @@ export interface SelfUpdateCheck {
   composeChanged: boolean | null;
   error?: string;
   warning?: string;
-  lastUpdate: { status: string | null; detail: string | null; at: string | null; targetDigest: string | null };
+  lastUpdate: { status: string | null; detail: string | null; at: string | null; targetDigest: string | null; jobId?: string | null };
 }
 
 export class FakeRuntime implements RuntimePort {
