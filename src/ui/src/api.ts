@@ -159,6 +159,8 @@ export interface SelfUpdateStart {
   started: boolean;
   targetDigest: string;
   message: string;
+  /** The update's job: its transcript, shown once the overlay reloads (absent from an older backend). */
+  jobId?: string | null;
 }
 
 export interface VersionInfo {
