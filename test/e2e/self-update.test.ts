@@ -75,8 +75,14 @@ async function checkTranscript(jobId: string, c: Check, end: { helperStatus: str
   expect(events.filter((e) => e.event === 'progress').map((e) => e.data.status)).toEqual(['pulling', 'pulled']);
   // The helper's whole output, read from its exited container: every line docker logs shows, in order.
   const fromHelper = helperLinesOf(events);
-  const logged = (await helperLogs()).split('\n').filter((l, n, all) => l !== '' || n < all.length - 1);
-  expect(fromHelper).toEqual(logged);
+  const logs = await run('docker', ['logs', 'installer-self-updater']);
+  const split = (text: string) => (text === '' ? [] : text.replace(/\n$/, '').split('\n'));
+  const [stdout, stderr] = [split(logs.stdout), split(logs.stderr)];
+  // Every line, and the helper's stdout (its steps and compose's output) in its order; the engine
+  // interleaves stderr by time, which `docker logs` splits off.
+  expect([...fromHelper].sort()).toEqual([...stdout, ...stderr].sort());
+  const stderrSet = new Set(stderr);
+  expect(fromHelper.filter((l) => !stderrSet.has(l))).toEqual(stdout.filter((l) => !stderrSet.has(l)));
   expect(fromHelper.some((l) => l.startsWith('self-update: running: VERSION='))).toBe(true);
   expect(events.find((e) => e.data.phase === 'helper-status')!.data.status).toBe(end.helperStatus);
   expect(events.find((e) => e.data.phase === 'decision')!.data).toMatchObject({ outcome: end.decision, detail: c.lastUpdate.detail });
