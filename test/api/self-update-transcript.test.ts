@@ -8,7 +8,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { parseSse, type SseMessage } from '../helpers/shared/sse.ts';
 import { TEST_SECRETS } from '../helpers/api/app.ts';
 import { createJob, finishJob, getJob } from '../../src/state/jobs.ts';
-import { getSelfUpdate, listSelfUpdates } from '../../src/state/self-update.ts';
+import { getSelfUpdate, listSelfUpdates, requestSelfUpdate, updateSelfUpdate } from '../../src/state/self-update.ts';
 
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };
 
@@ -213,6 +213,34 @@ describe('the self-update transcript', () => {
     const cancel = await first.app.inject({ method: 'POST', url: `/api/deployment/jobs/${res.json().jobId}/cancel`, headers: service });
     expect(cancel.statusCode).toBe(400);
     expect(cancel.json().message).toContain('cannot be cancelled');
+  });
+
+  it('a boot ends the job of an update a restart interrupted in preflight, and of one that ended without its job', async () => {
+    const ddb = db.database.db;
+    const interrupted = await requestSelfUpdate(ddb, { id: 'amy' });
+    await updateSelfUpdate(ddb, interrupted, { phase: 'preflight' });
+    const ended = await requestSelfUpdate(ddb, { id: 'bob' }).catch(() => null);
+    // The second is refused while the first is in flight: made after it is closed instead, below.
+    expect(ended).toBeNull();
+    first = await startSelfUpdateApp({ db });
+    const a = (await getSelfUpdate(ddb, interrupted))!;
+    expect(a.phase).toBe('aborted');
+    const events = await replay(first, a.jobId!);
+    expect(events.find((e) => e.data.phase === 'decision')!.data).toMatchObject({ outcome: 'aborted', detail: a.detail });
+    expect(events.at(-1)).toMatchObject({ event: 'finished', data: { outcome: 'failed', state: 'aborted' } });
+    await first.close({ drop: false });
+    first = undefined;
+
+    // An update recorded as completed while its job still runs (a restart between two writes).
+    const later = await requestSelfUpdate(ddb, { id: 'bob' });
+    await updateSelfUpdate(ddb, later, { phase: 'completed', detail: 'updated by hand', finished: true });
+    const jobId = (await getSelfUpdate(ddb, later))!.jobId!;
+    expect((await getJob(ddb, jobId))!.phase).toBe('running');
+    first = await startSelfUpdateApp({ db });
+    expect(await getJob(ddb, jobId)).toMatchObject({ phase: 'completed', detail: 'updated by hand' });
+    const tail = await replay(first, jobId);
+    expect(tail.map((e) => e.event)).toEqual(['phase', 'finished']);
+    expect(tail.at(-1)!.data).toMatchObject({ outcome: 'completed', state: 'completed' });
   });
 
   it('a secret the helper printed is scrubbed from the transcript, like from every job event', async () => {
