@@ -148,10 +148,12 @@ export class SelfUpdateReconciler {
       pullTarget: fromPromise<string, { target: UpdateTarget }>(async ({ input }) => {
         const ref = `${this.repository}@${input.target.digest}`;
         log.info({ digest: input.target.digest }, `pulling ${ref}`);
-        await say({ type: 'progress', payload: { id: ref, status: 'pulling' } }, outputLine(`pulling ${ref}`));
+        // The pull by digest reports no layers: the target's pull is one bar, begun and done (the
+        // viewer shows `Pulled` as done, as the engine words a finished pull).
+        await say({ type: 'progress', payload: { id: ref, status: 'Pulling' } }, outputLine(`pulling ${ref}`));
         const imageId = await engine.pullByDigest(this.repository, input.target.digest);
         await updateSelfUpdate(db, id, { targetImageId: imageId });
-        await say({ type: 'progress', payload: { id: ref, status: 'pulled', current: 1, total: 1 } }, outputLine(`pulled ${ref}: image ${imageId}`));
+        await say({ type: 'progress', payload: { id: ref, status: 'Pulled' } }, outputLine(`pulled ${ref}: image ${imageId}`));
         return imageId;
       }),
       tagRollback: fromPromise<{ before: string | null }, { running: RunningImage }>(async ({ input }) => {

@@ -109,7 +109,7 @@ describe('the self-update transcript', () => {
     expect(p.indexOf('resolving')).toBeLessThan(p.indexOf('pulling'));
     expect(p.indexOf('pulling')).toBeLessThan(p.indexOf('helper-started'));
     expect(p.indexOf('helper-started')).toBeLessThan(p.indexOf('helper-output'));
-    expect(events.filter((e) => e.event === 'progress').map((e) => e.data.status)).toEqual(['pulling', 'pulled']);
+    expect(events.filter((e) => e.event === 'progress').map((e) => e.data.status)).toEqual(['Pulling', 'Pulled']);
     // The helper's output, whole and in order, after its start line.
     const out = lines(events);
     const at = out.indexOf(HELPER_OK[0]!);

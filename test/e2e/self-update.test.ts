@@ -75,7 +75,7 @@ async function checkTranscript(jobId: string, c: Check, end: { helperStatus: str
   const phases = events.filter((e) => e.event === 'phase').map((e) => String(e.data.phase));
   for (const p of ['started', 'resolving', 'pulling', 'recording', 'spawning', 'helper-started', 'helper-output', 'helper-status', 'decision']) expect(phases, p).toContain(p);
   expect(phases.indexOf('helper-started')).toBeLessThan(phases.indexOf('helper-output'));
-  expect(events.filter((e) => e.event === 'progress').map((e) => e.data.status)).toEqual(['pulling', 'pulled']);
+  expect(events.filter((e) => e.event === 'progress').map((e) => e.data.status)).toEqual(['Pulling', 'Pulled']);
   // The helper's whole output, read from its exited container: every line docker logs shows, in order.
   const fromHelper = helperLinesOf(events);
   const logs = await run('docker', ['logs', 'installer-self-updater']);
