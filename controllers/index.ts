@@ -58,6 +58,8 @@ export interface ControllersDeps {
     channel: string | undefined;
     retryMs?: number;
     helperGraceMs?: number;
+    /** Replaces secrets in the update's transcript (its job events). */
+    scrub?: (text: string) => string;
   };
   /** Webhook deliveries (docs/notifications.md); the endpoints' secrets are opened with `jobs.sealer`. */
   notifications: { timeoutMs: number; retry: RetryPolicy; scrub?: (text: string) => string };
@@ -104,6 +106,7 @@ export class Controllers {
     this.outcome = new SelfUpdateOutcomeReconciler({
       db: d.db, logger: updateLog, workerId: d.workerId, signal, engine: d.selfUpdate.engine, runtime: d.selfUpdate.runtime,
       repository: d.selfUpdate.settings.repository, ...(d.selfUpdate.retryMs !== undefined ? { retryMs: d.selfUpdate.retryMs } : {}),
+      ...(d.selfUpdate.scrub ? { scrub: d.selfUpdate.scrub } : {}),
     });
     const common = { listen, logger: d.logger, ...(d.pollMs !== undefined ? { pollMs: d.pollMs } : {}) };
     this.jobLoop = new ClaimLoop<string>({

@@ -9,7 +9,8 @@ import type { DB } from '../src/db/schema.ts';
 import type { RuntimePort } from '../src/contracts/ports.ts';
 import { currentMigration } from '../src/db/migrate.ts';
 import { auditTrailChanged, recordFinished } from '../src/state/actions.ts';
-import { pendingReconciliation, updateSelfUpdate } from '../src/state/self-update.ts';
+import { finishTranscript, getSelfUpdate, pendingReconciliation, updateSelfUpdate } from '../src/state/self-update.ts';
+import type { NewJobEvent } from '../src/state/job-events.ts';
 import { quarantineDigest } from '../src/state/update-policy.ts';
 import { startReconcileRun, updateReconcileRun } from '../src/state/reconcile-runs.ts';
 import { enqueueNotification } from '../src/state/notifications.ts';
@@ -31,6 +32,26 @@ export interface SelfUpdateOutcomeDeps {
   signal: AbortSignal;
   /** Pause between reconciliation attempts when the engine or the database does not answer. */
   retryMs?: number;
+  /** Replaces secrets in the update's transcript (its job events). */
+  scrub?: (text: string) => string;
+}
+
+/**
+ * The end of an update's transcript, written after the restart with the outcome (one transaction):
+ * the helper's whole output as read from its exited container, the status it reported (its status
+ * file's value, which it prints), the decision, and `finished` (docs/adr/0030-self-update-transcript.md).
+ */
+export function transcriptTail(
+  output: { lines: string[] } | { error: string },
+  helper: { status: HelperOutcome['status']; exitCode: number | null } | null,
+  decision: { outcome: string; detail: string },
+): NewJobEvent[] {
+  const events: NewJobEvent[] = [{ type: 'phase', payload: { phase: 'helper-output', container: HELPER_NAME } }];
+  if ('lines' in output) for (const line of output.lines) events.push({ type: 'output', payload: { line, stream: 'stdout', source: HELPER_NAME } });
+  else events.push({ type: 'warning', payload: { message: `the output of ${HELPER_NAME} could not be read: ${output.error}` } });
+  events.push({ type: 'phase', payload: { phase: 'helper-status', status: helper?.status ?? 'unknown', exitCode: helper?.exitCode ?? null } });
+  events.push({ type: 'phase', payload: { phase: 'decision', outcome: decision.outcome, detail: decision.detail } });
+  return events;
 }
 
 /**
@@ -72,6 +93,15 @@ export class SelfUpdateOutcomeReconciler {
     return this.running;
   }
 
+  /** The helper's whole output, read once it has exited; what went wrong instead when it cannot be read. */
+  private async helperOutput(helperId: string | null): Promise<{ lines: string[] } | { error: string }> {
+    try {
+      return { lines: await this.d.engine.helperOutput(helperId, this.d.signal) };
+    } catch (err) {
+      return { error: (err as Error).message };
+    }
+  }
+
   private async run(): Promise<void> {
     const { db, engine, runtime, logger } = this.d;
     const actors = {
@@ -110,8 +140,12 @@ export class SelfUpdateOutcomeReconciler {
       recordUndecided: fromPromise<void, UndecidedInput>(async ({ input }) => {
         const { pending: p, detail, helper } = input;
         const exitCode = helper?.exitCode ?? null;
+        const jobId = (await getSelfUpdate(db, p.requestId))?.jobId ?? null;
+        const output = jobId ? await this.helperOutput(p.helperId) : { lines: [] };
         const changed = await db.transaction().execute(async (tx) => {
           if (!(await updateSelfUpdate(tx, p.requestId, { phase: 'undecided', detail, helperExitCode: exitCode, finished: true }, ['helper-running']))) return false;
+          // The transcript ends with the outcome, in its transaction: a restart writes both or neither.
+          await finishTranscript(tx, jobId, { state: 'undecided', detail, exitCode }, transcriptTail(output, helper ?? null, { outcome: 'undecided', detail }), this.d.scrub);
           if (p.actionId) await recordFinished(tx, p.actionId, { status: 'failed', exitCode, detail });
           await enqueueNotification(tx, {
             type: 'self-update.failed', eventId: `self-update.failed:${p.requestId}`,
@@ -127,8 +161,12 @@ export class SelfUpdateOutcomeReconciler {
       recordOutcome: fromPromise<void, RecordInput>(async ({ input }) => {
         const { pending: p, outcome, detail, helper } = input;
         const phase = phaseOfOutcome(outcome);
+        const jobId = (await getSelfUpdate(db, p.requestId))?.jobId ?? null;
+        const output = jobId ? await this.helperOutput(p.helperId) : { lines: [] };
         const changed = await db.transaction().execute(async (tx) => {
           if (!(await updateSelfUpdate(tx, p.requestId, { phase, detail, helperExitCode: helper.exitCode, finished: true }, ['helper-running']))) return false;
+          // The transcript ends with the outcome, in its transaction: a restart writes both or neither.
+          await finishTranscript(tx, jobId, { state: phase, detail, exitCode: helper.exitCode }, transcriptTail(output, helper, { outcome: phase, detail }), this.d.scrub);
           if (p.actionId) await recordFinished(tx, p.actionId, { status: outcome === 'completed' ? 'completed' : 'failed', exitCode: helper.exitCode, detail });
           // Notifications go with the outcome, in its transaction (docs/notifications.md).
           const data = { requestId: p.requestId, outcome: phase, targetDigest: p.targetDigest, runningDigest: input.now.digest, detail, helperStatus: helper.status, helperExitCode: helper.exitCode };

@@ -15,8 +15,10 @@ import { liftQuarantine } from '../src/state/update-policy.ts';
 import { POLICY_ACTOR } from '../src/auth/actor.ts';
 import { conflict } from '../src/errors.ts';
 import {
-  claimNextSelfUpdate, getSelfUpdate, listSelfUpdates, noteSelfUpdateChange, notifySelfUpdate, updateSelfUpdate, type SelfUpdateView,
+  appendTranscript, claimNextSelfUpdate, finishTranscript, getSelfUpdate, listSelfUpdates, noteSelfUpdateChange, notifySelfUpdate, unfinishedTranscripts,
+  updateSelfUpdate, type SelfUpdateView,
 } from '../src/state/self-update.ts';
+import type { NewJobEvent } from '../src/state/job-events.ts';
 import { BACKEND_SERVICE, helperSpec, HELPER_NAME, type SelfUpdateEngine, type SelfUpdateSettings } from '../src/adapters/self-update.ts';
 import {
   abortDetail, phaseOfState, SELF_UPDATE_CHART_VERSION, selfUpdateMachine,
@@ -38,7 +40,12 @@ export interface SelfUpdateDeps {
   signal: AbortSignal;
   /** Added to the helper's two waits to get the time after which it is no longer waited for. */
   helperGraceMs?: number;
+  /** Replaces secrets in the update's transcript (its job events). */
+  scrub?: (text: string) => string;
 }
+
+/** A transcript line: an `output` event as compose jobs write them. */
+export const outputLine = (line: string, stream: 'stdout' | 'stderr' = 'stdout'): NewJobEvent => ({ type: 'output', payload: { line, stream } });
 
 export class SelfUpdateReconciler {
   constructor(private readonly d: SelfUpdateDeps) {}
@@ -107,6 +114,12 @@ export class SelfUpdateReconciler {
     // Snapshots are stored after each transition, in order (`writes`); a change is also noted there
     // before it is made, since a restart between a change and the next snapshot would lose it.
     const writes = new OrderedWrites((err) => log.warn({ err }, 'self-update snapshot not stored'));
+    // The transcript (the update's job events, docs/adr/0030-self-update-transcript.md): a failure to
+    // write it is logged, never a reason for the update to fail.
+    const say = (...events: NewJobEvent[]): Promise<void> =>
+      appendTranscript(db, req.jobId, events, this.d.scrub).catch((err: unknown) => log.warn({ err, jobId: req.jobId }, 'self-update transcript line not stored'));
+    await say({ type: 'phase', payload: { phase: 'started', kind: 'self-update', requestId: id } });
+    let step: string | null = null;
     const noteChange = (key: keyof PreflightChanges, before: string | null): Promise<void> => writes.add(() => noteSelfUpdateChange(db, id, key, before));
     const actors = {
       resolveTarget: fromPromise<ResolvedTarget, undefined>(async () => {
@@ -133,9 +146,14 @@ export class SelfUpdateReconciler {
       // PUBLISHED_COMPOSE_URL when set, else the file the target image (just pulled) ships.
       fetchPublishedCompose: fromPromise<string, { target: UpdateTarget; imageId: string }>(({ input }) => engine.publishedComposeOf(input.target.channel, input.imageId)),
       pullTarget: fromPromise<string, { target: UpdateTarget }>(async ({ input }) => {
-        log.info({ digest: input.target.digest }, `pulling ${this.repository}@${input.target.digest}`);
+        const ref = `${this.repository}@${input.target.digest}`;
+        log.info({ digest: input.target.digest }, `pulling ${ref}`);
+        // The pull by digest reports no layers: the target's pull is one bar, begun and done (the
+        // viewer shows `Pulled` as done, as the engine words a finished pull).
+        await say({ type: 'progress', payload: { id: ref, status: 'Pulling' } }, outputLine(`pulling ${ref}`));
         const imageId = await engine.pullByDigest(this.repository, input.target.digest);
         await updateSelfUpdate(db, id, { targetImageId: imageId });
+        await say({ type: 'progress', payload: { id: ref, status: 'Pulled' } }, outputLine(`pulled ${ref}: image ${imageId}`));
         return imageId;
       }),
       tagRollback: fromPromise<{ before: string | null }, { running: RunningImage }>(async ({ input }) => {
@@ -165,6 +183,8 @@ export class SelfUpdateReconciler {
           const action = await recordStarted(tx, {
             kind: 'self-update',
             actor: { id: req.actor, email: req.actorEmail },
+            // The audit row links the update's transcript.
+            jobId: req.jobId,
             targetDigest: input.target.digest,
             schemaMigration: preUpdateMigration,
             detail: `from ${input.running.reference ?? 'unknown'} (${from}) to ${this.repository}:${input.target.tag} (${input.target.digest})`,
@@ -188,6 +208,11 @@ export class SelfUpdateReconciler {
         const spec = helperSpec(settings, input.target, id);
         const containerId = await engine.spawnHelper(spec);
         log.info({ containerId, image: spec.image, cmd: spec.cmd }, `started ${HELPER_NAME}`);
+        await say(
+          { type: 'phase', payload: { phase: 'helper-started', container: HELPER_NAME, containerId, image: spec.image } },
+          outputLine(`started ${HELPER_NAME} (${containerId.slice(0, 12)}) from ${spec.image}: ${spec.cmd.join(' ')}`),
+          outputLine(`the installer restarts now; the helper's output follows once the new backend has read it`),
+        );
         return containerId;
       }),
       undoPreflight: fromPromise<void, UndoInput>(({ input }) => this.undo(input)),
@@ -197,7 +222,16 @@ export class SelfUpdateReconciler {
       machine: selfUpdateMachine.provide({ actors }),
       input: { requestId: id },
       writes,
-      persist: (snapshot) => updateSelfUpdate(db, id, { snapshot, chartVersion: SELF_UPDATE_CHART_VERSION }),
+      persist: async (snapshot) => {
+        await updateSelfUpdate(db, id, { snapshot, chartVersion: SELF_UPDATE_CHART_VERSION });
+        // A line per preflight step as the chart enters it.
+        const value = (snapshot as { value?: unknown }).value;
+        const now = typeof value === 'string' ? value : JSON.stringify(value ?? null);
+        if (now !== step) {
+          step = now;
+          await say({ type: 'phase', payload: { phase: now } });
+        }
+      },
       signal: this.d.signal,
       onChartError: (err) => log.error({ err }, 'self-update chart failed'),
     });
@@ -223,8 +257,11 @@ export class SelfUpdateReconciler {
       phase === 'newest' ? `already on the newest build of channel ${ctx.target?.channel} (${ctx.target?.digest})`
       : phase === 'unresolved' ? `the target digest cannot be resolved: ${ctx.detail ?? 'unknown error'}`
       : abortDetail(ctx);
-    await updateSelfUpdate(db, id, {
-      phase, snapshot: persisted, chartVersion: SELF_UPDATE_CHART_VERSION, detail, abortCode: phase === 'aborted' ? (ctx.abortCode ?? 'preflight') : null, finished: true,
+    await db.transaction().execute(async (tx) => {
+      await updateSelfUpdate(tx, id, {
+        phase, snapshot: persisted, chartVersion: SELF_UPDATE_CHART_VERSION, detail, abortCode: phase === 'aborted' ? (ctx.abortCode ?? 'preflight') : null, finished: true,
+      });
+      await finishTranscript(tx, req.jobId, { state: phase, detail, exitCode: null }, [{ type: 'phase', payload: { phase: 'decision', outcome: phase, detail } }], this.d.scrub);
     });
     if (phase === 'aborted') log.warn({ step: ctx.failedStep }, `self-update aborted: ${detail}`);
     else log.info(`self-update not started: ${detail}`);
@@ -256,8 +293,16 @@ export class SelfUpdateReconciler {
       } catch (err) {
         detail += `; undoing the preflight failed (${(err as Error).message}): check the rollback tag and the staged compose file`;
       }
-      await updateSelfUpdate(this.d.db, r.requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested', 'preflight']);
+      await this.d.db.transaction().execute(async (tx) => {
+        if (!(await updateSelfUpdate(tx, r.requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested', 'preflight']))) return;
+        await finishTranscript(tx, r.jobId, { state: 'aborted', detail, exitCode: null }, [{ type: 'phase', payload: { phase: 'decision', outcome: 'aborted', detail } }], this.d.scrub);
+      });
       log.warn(detail);
+    }
+    // An update that ended while its job did not (a request withdrawn unclaimed, a restart between
+    // the two writes): the job ends with the update's outcome.
+    for (const t of await unfinishedTranscripts(this.d.db)) {
+      await finishTranscript(this.d.db, t.jobId, { state: t.phase, detail: t.detail, exitCode: t.exitCode }, [{ type: 'phase', payload: { phase: 'decision', outcome: t.phase, detail: t.detail } }], this.d.scrub);
     }
   }
 }

@@ -108,7 +108,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       hostRunner,
       migrateHostScriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
     },
-    selfUpdate: { engine: selfUpdateEngine, runtime, settings: selfUpdateSettings, channel: settings.INSTALLER_CHANNEL },
+    selfUpdate: { engine: selfUpdateEngine, runtime, settings: selfUpdateSettings, channel: settings.INSTALLER_CHANNEL, scrub },
     notifications: {
       timeoutMs: settings.WEBHOOK_TIMEOUT_MS,
       retry: { baseMs: settings.WEBHOOK_RETRY_BASE_MS, maxMs: settings.WEBHOOK_RETRY_MAX_MS, giveUpMs: settings.WEBHOOK_GIVE_UP_MINUTES * 60_000 },

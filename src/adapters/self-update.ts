@@ -218,6 +218,18 @@ export interface SelfUpdateEngine extends SelfUpdatePort {
   helperOf(requestId: string): Promise<{ id: string; running: boolean; created?: boolean } | null>;
   /** Waits until the helper has exited (or the deadline passed) and reads what it printed. */
   waitHelper(id: string | null, opts: { deadline: Date | null; signal: AbortSignal }): Promise<HelperExit>;
+  /** Everything the helper printed (stdout and stderr, in order), as lines; at most the last HELPER_OUTPUT_MAX_LINES. */
+  helperOutput(id: string | null, signal: AbortSignal): Promise<string[]>;
+}
+
+/** The most lines of the helper's output an update's transcript keeps (its last ones). */
+export const HELPER_OUTPUT_MAX_LINES = 20_000;
+
+/** The helper's output as transcript lines: split, trailing blank line dropped, the last HELPER_OUTPUT_MAX_LINES. */
+export function helperLines(text: string): string[] {
+  const lines = text.split(/\r?\n/);
+  if (lines.at(-1) === '') lines.pop();
+  return lines.length > HELPER_OUTPUT_MAX_LINES ? lines.slice(-HELPER_OUTPUT_MAX_LINES) : lines;
 }
 
 export class DockerSelfUpdateEngine implements SelfUpdateEngine {
@@ -570,5 +582,12 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
       exitCode: timedOut ? null : info.State.ExitCode,
       ...parsed,
     };
+  }
+
+  async helperOutput(id: string | null, signal: AbortSignal): Promise<string[]> {
+    const c = this.docker.getContainer(id ?? HELPER_NAME);
+    const abortSignal = AbortSignal.any([signal, AbortSignal.timeout(ENGINE_REQUEST_TIMEOUT_MS)]);
+    const raw = (await c.logs({ stdout: true, stderr: true, follow: false, abortSignal } as object as { follow: false; stdout: true; stderr: true })) as unknown as Buffer;
+    return helperLines(demultiplex(Buffer.isBuffer(raw) ? raw : Buffer.from(String(raw))));
   }
 }

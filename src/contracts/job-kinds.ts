@@ -1,10 +1,12 @@
 // The one table of job kinds: which chart runs each, its compose steps, whether it takes services,
-// and whether POST /api/deployment/jobs starts it. Job kinds are not audit kinds: the audit trail
-// also records self-updates, which are not jobs (ACTION_KINDS in src/db/schema.ts).
+// and whether POST /api/deployment/jobs starts it. Job kinds are not audit kinds (ACTION_KINDS in
+// src/db/schema.ts). A self-update has a job of its own only for its transcript (event stream): it
+// is written with the update's request, never queued or claimed, and run by the self-update
+// reconcilers (docs/adr/0030-self-update-transcript.md).
 
 export interface JobKindDef {
   /** The chart that runs it: compose steps, the host migration, or a cancel of another job. */
-  chart: 'job' | 'host-migration' | 'cancel';
+  chart: 'job' | 'host-migration' | 'cancel' | 'self-update';
   /** The job chart's steps, in order (`prune` removes dangling images after a pull). */
   steps: readonly string[];
   /** Whether it downloads the templates and renders .env first. */
@@ -27,6 +29,7 @@ export const JOB_KINDS = {
   'apply-config': { chart: 'job', steps: ['recreate'], needsPrepare: true, takesServices: true, requestable: true, queued: true },
   'migrate-host': { chart: 'host-migration', steps: [], needsPrepare: false, takesServices: false, requestable: false, queued: true },
   'cancel-job': { chart: 'cancel', steps: [], needsPrepare: false, takesServices: false, requestable: false, queued: false },
+  'self-update': { chart: 'self-update', steps: [], needsPrepare: false, takesServices: false, requestable: false, queued: false },
 } as const satisfies Record<string, JobKindDef>;
 
 export type JobKind = keyof typeof JOB_KINDS;

@@ -118,6 +118,8 @@ export interface SelfUpdateRequestsTable {
   request_id: string;
   actor: string;
   actor_email: string | null;
+  /** The update's own job (kind `self-update`): its transcript. Null for requests made before it existed. */
+  job_id: string | null;
   generation: Generated<number>;
   created_at: Timestamp;
 }

@@ -36,6 +36,8 @@ export async function conflictOf(db: Conn, wanted: Wanted): Promise<string | nul
     .innerJoin('deployment_jobs as j', 'j.job_id', 's.job_id')
     .select(['s.job_id', 's.phase', 'j.kind'])
     .where('s.phase', 'in', ['queued', 'running'])
+    // A self-update's own job (its transcript) is no deployment job: updates in flight are seen above.
+    .where('j.kind', '!=', 'self-update')
     .orderBy('j.created_at')
     .executeTakeFirst();
   return job ? `deployment job ${job.job_id} (${job.kind}) is ${job.phase}: updating the installer now would kill it` : null;

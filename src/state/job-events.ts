@@ -3,7 +3,7 @@
 // transaction that stores them (so every process hears of them, and never before the rows are
 // visible), and to this process's own subscribers directly. Readers (the API's streams) read rows
 // after their cursor when woken: a notification carries no event, so none can be lost or repeated.
-import { sql, type Kysely } from 'kysely';
+import { sql, type Kysely, type Transaction } from 'kysely';
 import type { DB } from '../db/schema.ts';
 
 /** The channel a batch of stored events is announced on; the payload is `jobId:seq` (the highest seq stored) for each job in it, space-separated. */
@@ -235,4 +235,45 @@ export class JobEventLog {
 export async function pruneJobEvents(db: Kysely<DB>, olderThan: Date): Promise<number> {
   const res = await db.deleteFrom('deployment_job_events').where('at', '<', olderThan).executeTakeFirst();
   return Number(res.numDeletedRows);
+}
+
+/** An event to store, before it has a seq. */
+export interface NewJobEvent {
+  type: string;
+  payload: Record<string, unknown>;
+}
+
+/**
+ * Appends events to a job straight in the database, in one transaction (with the caller's, when
+ * given one): all of them or none, numbered after the highest seq stored, announced at commit. For
+ * jobs whose writers change process (a self-update's transcript is begun by the backend that is
+ * replaced and ended by the one that replaced it): such a job is never written through a JobEventLog,
+ * so no process holds a sequence of it in memory. Returns the seq of the last event stored.
+ */
+export async function appendJobEvents(db: Kysely<DB> | Transaction<DB>, jobId: string, events: readonly NewJobEvent[], scrub: (s: string) => string = (s) => s): Promise<number> {
+  if (!events.length) return 0;
+  const write = async (tx: Transaction<DB>) => {
+    // Two writers of one job (a reconciliation in the old backend and one in the new) take turns.
+    await sql`select pg_advisory_xact_lock(hashtext(${`job-events:${jobId}`}))`.execute(tx);
+    const row = await tx.selectFrom('deployment_job_events').select((eb) => eb.fn.max('seq').as('max')).where('job_id', '=', jobId).executeTakeFirst();
+    const first = Number(row?.max ?? 0) + 1;
+    const at = new Date();
+    for (let i = 0; i < events.length; i += PAGE) {
+      await tx
+        .insertInto('deployment_job_events')
+        .values(events.slice(i, i + PAGE).map((e, j) => ({ job_id: jobId, seq: first + i + j, type: e.type, payload: JSON.stringify(scrubPayload(e.payload, scrub)), at })))
+        .execute();
+    }
+    const last = first + events.length - 1;
+    await sql`select pg_notify(${JOB_EVENTS_CHANNEL}, ${`${jobId}:${last}`})`.execute(tx);
+    return last;
+  };
+  return db.isTransaction ? write(db as Transaction<DB>) : (db as Kysely<DB>).transaction().execute(write);
+}
+
+/** Whether the job has an event of this type and, when given, with this payload field value. */
+export async function hasJobEvent(db: Kysely<DB> | Transaction<DB>, jobId: string, type: string, field?: { key: string; value: string }): Promise<boolean> {
+  let q = db.selectFrom('deployment_job_events').select('seq').where('job_id', '=', jobId).where('type', '=', type);
+  if (field) q = q.where(sql<string>`payload->>${field.key}`, '=', field.value);
+  return (await q.limit(1).executeTakeFirst()) !== undefined;
 }

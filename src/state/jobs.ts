@@ -72,6 +72,25 @@ export async function createJob(db: Conn, input: { kind: JobKind; params: JobPar
   return jobId;
 }
 
+/**
+ * Inserts the job of a self-update (kind `self-update`) in the transaction that writes the update's
+ * request. It is `running` from the start and never queued: no claim loop takes it, and the
+ * self-update reconcilers end it (src/state/self-update.ts).
+ */
+export async function insertSelfUpdateJob(tx: Transaction<DB>, jobId: string, actor: Actor): Promise<void> {
+  await tx
+    .insertInto('deployment_jobs')
+    .values({ job_id: jobId, kind: 'self-update', params: '{}', actor: actor.id, actor_email: actor.email ?? null, cancel_requested_by: null, cancel_requested_at: null })
+    .execute();
+  await tx
+    .insertInto('deployment_job_status')
+    .values({
+      job_id: jobId, phase: 'running', conditions: '[]', snapshot: null, chart_version: null, claimed_by: null,
+      started_at: new Date(), finished_at: null, exit_code: null, detail: null, last_output_at: null, hung_deadline: null, runner_pid: null,
+    })
+    .execute();
+}
+
 const jobColumns = [
   'j.job_id', 'j.kind', 'j.params', 'j.actor', 'j.actor_email', 'j.created_at', 'j.cancel_requested_by',
   's.phase', 's.detail', 's.exit_code', 's.started_at', 's.finished_at', 's.hung_deadline', 's.conditions', 's.snapshot',
@@ -205,7 +224,8 @@ export async function finishJob(
     if (ended && outcome.phase === 'failed') {
       const job = await tx.selectFrom('deployment_jobs').select(['kind', 'actor', 'created_at']).where('job_id', '=', jobId).executeTakeFirst();
       // A cancel request that finds its job already ended is not a failure anyone is paged for.
-      if (job && job.kind !== 'cancel-job') {
+      // A self-update's failure has notifications of its own (self-update.failed, …).
+      if (job && job.kind !== 'cancel-job' && job.kind !== 'self-update') {
         await enqueueNotification(tx, {
           type: 'job.failed',
           eventId: `job.failed:${jobId}`,
@@ -240,6 +260,8 @@ export async function runningJobs(db: Conn): Promise<{ jobId: string; kind: JobK
     .innerJoin('deployment_jobs as j', 'j.job_id', 's.job_id')
     .select(['s.job_id', 'j.kind', 's.runner_pid'])
     .where('s.phase', '=', 'running')
+    // A self-update's job is not run by a job runner: the self-update reconcilers end it.
+    .where('j.kind', '!=', 'self-update')
     .execute();
   return rows.map((r) => ({ jobId: r.job_id, kind: r.kind, runnerPid: r.runner_pid }));
 }
@@ -264,6 +286,8 @@ export async function unsettledEndedJobs(db: Conn): Promise<{
     .where('s.job_id', 'in', (eb) =>
       eb.selectFrom('deployment_job_status').select('job_id').where('phase', 'in', ['completed', 'failed']).orderBy('finished_at', 'desc').limit(RECENTLY_ENDED),
     )
+    // A self-update's job ends in one transaction with its `finished` event.
+    .where('s.job_id', 'not in', (eb) => eb.selectFrom('deployment_jobs').select('job_id').where('kind', '=', 'self-update'))
     .where(({ exists, not, and, or, selectFrom }) =>
       or([
         exists(selectFrom('deployment_actions as a').select('a.id').whereRef('a.job_id', '=', 's.job_id').where('a.status', '=', 'started')),

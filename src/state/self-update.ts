@@ -8,6 +8,8 @@ import type { Condition, DB, SelfUpdatePhase } from '../db/schema.ts';
 import type { Actor } from '../auth/actor.ts';
 import { conflict } from '../errors.ts';
 import { refuseConflicting } from './exclusion.ts';
+import { finishJob, insertSelfUpdateJob, updateJobStatus } from './jobs.ts';
+import { appendJobEvents, type NewJobEvent } from './job-events.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
@@ -20,6 +22,8 @@ export const SPAWNED: readonly SelfUpdatePhase[] = ['helper-running', 'completed
 
 export interface SelfUpdateView {
   requestId: string;
+  /** The update's own job: its transcript (`/api/deployment/jobs/{jobId}/logs`). */
+  jobId: string | null;
   actor: string;
   actorEmail: string | null;
   phase: SelfUpdatePhase;
@@ -45,13 +49,13 @@ export interface SelfUpdateView {
 }
 
 const columns = [
-  'r.request_id', 'r.actor', 'r.actor_email', 'r.created_at', 's.phase', 's.snapshot', 's.channel', 's.target_tag', 's.target_digest',
+  'r.request_id', 'r.job_id', 'r.actor', 'r.actor_email', 'r.created_at', 's.phase', 's.snapshot', 's.channel', 's.target_tag', 's.target_digest',
   's.target_image_id', 's.previous_reference', 's.previous_digest', 's.previous_image_id', 's.pre_update_migration', 's.action_id',
   's.helper_container_id', 's.helper_deadline', 's.helper_exit_code', 's.abort_code', 's.detail', 's.updated_at', 's.finished_at',
 ] as const;
 
 type Row = {
-  request_id: string; actor: string; actor_email: string | null; created_at: Date; phase: SelfUpdatePhase; snapshot: unknown;
+  request_id: string; job_id: string | null; actor: string; actor_email: string | null; created_at: Date; phase: SelfUpdatePhase; snapshot: unknown;
   channel: string | null; target_tag: string | null; target_digest: string | null; target_image_id: string | null;
   previous_reference: string | null; previous_digest: string | null; previous_image_id: string | null; pre_update_migration: string | null;
   action_id: string | null; helper_container_id: string | null; helper_deadline: Date | null; helper_exit_code: number | null;
@@ -64,6 +68,7 @@ function toView(r: Row): SelfUpdateView {
   const value = (r.snapshot as { value?: unknown } | null)?.value;
   return {
     requestId: r.request_id,
+    jobId: r.job_id,
     actor: r.actor,
     actorEmail: r.actor_email,
     phase: r.phase,
@@ -97,10 +102,13 @@ const base = (db: Conn) => db.selectFrom('self_update_requests as r').innerJoin(
  */
 export async function requestSelfUpdate(db: Kysely<DB>, actor: Actor): Promise<string> {
   const requestId = randomUUID();
+  const jobId = randomUUID();
   try {
     await db.transaction().execute(async (tx) => {
       await refuseConflicting(tx, { kind: 'update' });
-      await tx.insertInto('self_update_requests').values({ request_id: requestId, actor: actor.id, actor_email: actor.email ?? null }).execute();
+      // The update's transcript is a job of its own, written with the request (never queued).
+      await insertSelfUpdateJob(tx, jobId, actor);
+      await tx.insertInto('self_update_requests').values({ request_id: requestId, actor: actor.id, actor_email: actor.email ?? null, job_id: jobId }).execute();
       await tx.insertInto('self_update_status').values(emptyStatus(requestId)).execute();
       await sql`select pg_notify(${SELF_UPDATE_CHANNEL}, ${requestId})`.execute(tx);
     });
@@ -229,6 +237,8 @@ export interface LastUpdate {
   detail: string | null;
   at: string | null;
   targetDigest: string | null;
+  /** The update's job, whose events are its transcript; null if never updated or for an update made before jobs had one. */
+  jobId: string | null;
 }
 
 /**
@@ -254,18 +264,68 @@ export function failedTargetWarning(last: LastUpdate, remoteDigest: string | nul
 /** The most recent self-update that ran its helper (an aborted preflight changed nothing). */
 export async function lastUpdate(db: Conn): Promise<LastUpdate> {
   const r = await db
-    .selectFrom('self_update_status')
-    .select(['phase', 'detail', 'target_digest', 'created_at', 'finished_at'])
-    .where('action_id', 'is not', null)
-    .where('phase', 'in', SPAWNED)
-    .orderBy('created_at', 'desc')
+    .selectFrom('self_update_status as s')
+    .innerJoin('self_update_requests as r', 'r.request_id', 's.request_id')
+    .select(['s.phase', 's.detail', 's.target_digest', 's.created_at', 's.finished_at', 'r.job_id'])
+    .where('s.action_id', 'is not', null)
+    .where('s.phase', 'in', SPAWNED)
+    .orderBy('s.created_at', 'desc')
     .limit(1)
     .executeTakeFirst();
-  if (!r) return { status: null, detail: null, at: null, targetDigest: null };
+  if (!r) return { status: null, detail: null, at: null, targetDigest: null, jobId: null };
   return {
     status: r.phase === 'helper-running' ? 'started' : r.phase,
     detail: r.detail,
     at: new Date(r.finished_at ?? r.created_at).toISOString(),
     targetDigest: r.target_digest,
+    jobId: r.job_id,
   };
+}
+
+/** Appends lines to an update's transcript (its job's events); nothing for a request without a job. */
+export async function appendTranscript(db: Conn, jobId: string | null, events: readonly NewJobEvent[], scrub?: (s: string) => string): Promise<void> {
+  if (jobId) await appendJobEvents(db, jobId, events, scrub);
+}
+
+/** How an update's job ends: `completed` only when the update completed or was not needed. */
+export interface TranscriptEnd {
+  /** The update's phase (completed, rolled-back, neither, undecided, newest, unresolved, aborted). */
+  state: SelfUpdatePhase;
+  detail: string | null;
+  exitCode: number | null;
+}
+
+/**
+ * Ends an update's job: the last events (the outcome, the decision), then `finished`, and the job's
+ * phase, all in one transaction (the caller's, when given one). Only a running job ends, so a second
+ * call (another process, a retry after a restart) writes nothing twice. True when it ended it here.
+ */
+export async function finishTranscript(db: Conn, jobId: string | null, end: TranscriptEnd, last: readonly NewJobEvent[] = [], scrub?: (s: string) => string): Promise<boolean> {
+  if (!jobId) return false;
+  const write = async (tx: Transaction<DB>) => {
+    const outcome = end.state === 'completed' || end.state === 'newest' ? 'completed' : 'failed';
+    if (!(await finishJob(tx, jobId, { phase: outcome, detail: end.detail, exitCode: end.exitCode }, ['running']))) return false;
+    await updateJobStatus(tx, jobId, {
+      conditions: [{ type: 'Finished', status: 'True', reason: end.state, message: end.detail ?? end.state, at: new Date().toISOString() }],
+    });
+    await appendJobEvents(tx, jobId, [...last, { type: 'finished', payload: { outcome, state: end.state, exitCode: end.exitCode, detail: end.detail } }], scrub);
+    return true;
+  };
+  return db.isTransaction ? write(db as Transaction<DB>) : (db as Kysely<DB>).transaction().execute(write);
+}
+
+/**
+ * Jobs of updates that have ended (or never got past their request) while the job still runs: a
+ * restart came between the two writes. Ended here with the update's own outcome.
+ */
+export async function unfinishedTranscripts(db: Conn): Promise<{ jobId: string; phase: SelfUpdatePhase; detail: string | null; exitCode: number | null }[]> {
+  const rows = await db
+    .selectFrom('self_update_requests as r')
+    .innerJoin('self_update_status as s', 's.request_id', 'r.request_id')
+    .innerJoin('deployment_job_status as j', 'j.job_id', 'r.job_id')
+    .select(['r.job_id', 's.phase', 's.detail', 's.helper_exit_code'])
+    .where('j.phase', '=', 'running')
+    .where('s.phase', 'not in', ['requested', 'preflight', 'helper-running'])
+    .execute();
+  return rows.map((r) => ({ jobId: r.job_id!, phase: r.phase, detail: r.detail, exitCode: r.helper_exit_code }));
 }

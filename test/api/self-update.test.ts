@@ -38,7 +38,7 @@ describe('GET /api/system/self-update-check', () => {
       currentDigest: 'sha256:old',
       remoteDigest: 'sha256:new',
       composeChanged: true,
-      lastUpdate: { status: null, detail: null, at: null, targetDigest: null },
+      lastUpdate: { status: null, detail: null, at: null, targetDigest: null, jobId: null },
       observedAt: expect.any(String),
       ageMs: expect.any(Number),
     });
@@ -232,7 +232,8 @@ describe('POST /api/system/self-update', () => {
     expect(res.statusCode, res.body).toBe(200);
     expect(res.json().started).toBe(true);
     expect(refused).toMatchObject({ statusCode: 409, message: expect.stringContaining('an installer self-update is in flight') });
-    expect(await t.db.database.db.selectFrom('deployment_jobs').selectAll().execute()).toEqual([]);
+    // Only the update's own job (its transcript), written with the request.
+    expect(await t.db.database.db.selectFrom('deployment_jobs').select('kind').execute()).toEqual([{ kind: 'self-update' }]);
   });
 
   it('50 concurrent calls start exactly one update', async () => {

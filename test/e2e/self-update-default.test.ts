@@ -123,7 +123,7 @@ describe('a default install (deploy/.env.example) updating itself', () => {
       currentDigest: images.digests.get(BASE),
       remoteDigest: images.digests.get(BASE),
       composeChanged: false,
-      lastUpdate: { status: null, detail: null, at: null, targetDigest: null },
+      lastUpdate: { status: null, detail: null, at: null, targetDigest: null, jobId: null },
       observedAt: expect.any(String),
       ageMs: expect.any(Number),
     });

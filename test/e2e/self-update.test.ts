@@ -9,7 +9,10 @@ import { createServer, type Server, type Socket } from 'node:net';
 import path from 'node:path';
 import { ROOT } from '../helpers/shared/process.ts';
 import { freePort, run, startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
-import { helperExit, helperLogs, helperState, Images, localDigest, STAGED_FILE, startInstaller, type InstallerUnderTest } from '../helpers/e2e/self-update-rig.ts';
+import {
+  helperExit, helperLinesOf, helperLogs, helperState, Images, localDigest, STAGED_FILE, startInstaller, transcript, type InstallerUnderTest,
+} from '../helpers/e2e/self-update-rig.ts';
+import type { SseMessage } from '../helpers/shared/sse.ts';
 import { LATEST_MIGRATION, type SelfUpdateCheck as Check } from '../helpers/api/self-update.ts';
 
 const images = new Images();
@@ -54,6 +57,42 @@ const settled = (digest: string) =>
     const c = await check();
     return c.lastUpdate.status !== 'started' ? c : null;
   });
+/** The helper's line announcing a compose switch to `tag` (the wait is the rig's, shorter than 300 s). */
+const switchLine = (tag: string) => new RegExp(`^self-update: running: VERSION=${tag} INSTALLER_INIT_REPLICAS=0 docker compose -p ${i.stack.project} -f docker-compose\\.dev\\.yml up -d --wait --wait-timeout \\d+ backend$`);
+
+/**
+ * The update's transcript after the restart: linked from lastUpdate and the audit row, preflight and
+ * the helper's start before, the helper's whole output (as `docker logs` shows it) after, then its
+ * status, the decision and `finished` (docs/adr/0030-self-update-transcript.md).
+ */
+async function checkTranscript(jobId: string, c: Check, end: { helperStatus: string; decision: string; outcome: 'completed' | 'failed' }): Promise<SseMessage[]> {
+  expect(jobId).toMatch(/^[0-9a-f-]{36}$/);
+  expect(c.lastUpdate.jobId).toBe(jobId);
+  const actions = (await i.get('/api/deployment/actions?limit=50')).body as { kind: string; jobId: string | null }[];
+  expect(actions.find((a) => a.kind === 'self-update')!.jobId).toBe(jobId);
+  const events = await transcript(i, jobId);
+  expect(events.map((e) => Number(e.id))).toEqual(events.map((_, n) => n + 1));
+  const phases = events.filter((e) => e.event === 'phase').map((e) => String(e.data.phase));
+  for (const p of ['started', 'resolving', 'pulling', 'recording', 'spawning', 'helper-started', 'helper-output', 'helper-status', 'decision']) expect(phases, p).toContain(p);
+  expect(phases.indexOf('helper-started')).toBeLessThan(phases.indexOf('helper-output'));
+  expect(events.filter((e) => e.event === 'progress').map((e) => e.data.status)).toEqual(['Pulling', 'Pulled']);
+  // The helper's whole output, read from its exited container: every line docker logs shows, in order.
+  const fromHelper = helperLinesOf(events);
+  const logs = await run('docker', ['logs', 'installer-self-updater']);
+  const split = (text: string) => (text === '' ? [] : text.replace(/\n$/, '').split('\n'));
+  const [stdout, stderr] = [split(logs.stdout), split(logs.stderr)];
+  // Every line, and the helper's stdout (its steps and compose's output) in its order; the engine
+  // interleaves stderr by time, which `docker logs` splits off.
+  expect([...fromHelper].sort()).toEqual([...stdout, ...stderr].sort());
+  const stderrSet = new Set(stderr);
+  expect(fromHelper.filter((l) => !stderrSet.has(l))).toEqual(stdout.filter((l) => !stderrSet.has(l)));
+  expect(fromHelper.some((l) => l.startsWith('self-update: running: VERSION='))).toBe(true);
+  expect(events.find((e) => e.data.phase === 'helper-status')!.data.status).toBe(end.helperStatus);
+  expect(events.find((e) => e.data.phase === 'decision')!.data).toMatchObject({ outcome: end.decision, detail: c.lastUpdate.detail });
+  expect(events.at(-1)!.data).toMatchObject({ outcome: end.outcome, state: end.decision });
+  return events;
+}
+
 const backendLogs = async () => {
   const r = await run('docker', ['logs', 'installer-backend']);
   return r.stdout + r.stderr;
@@ -63,7 +102,7 @@ describe('self-update on the real engine', () => {
   it('1. newest already: started=false and no helper container', async () => {
     const c = await check();
     expect(c).toMatchObject({ updateAvailable: false, currentDigest: images.digests.get(BASE), remoteDigest: images.digests.get(BASE), composeChanged: true });
-    expect(c.lastUpdate).toEqual({ status: null, detail: null, at: null, targetDigest: null });
+    expect(c.lastUpdate).toEqual({ status: null, detail: null, at: null, targetDigest: null, jobId: null });
     const r = await startUpdate();
     expect(r.status, JSON.stringify(r.body)).toBe(200);
     expect(r.body).toMatchObject({ started: false, targetDigest: images.digests.get(BASE) });
@@ -104,6 +143,12 @@ describe('self-update on the real engine', () => {
     expect(await platform.containers()).toEqual(before);
     const actions = (await i.get('/api/deployment/actions?limit=5')).body as { kind: string; status: string; targetDigest: string; schemaMigration: string; actor: string }[];
     expect(actions.find((a) => a.kind === 'self-update')).toMatchObject({ status: 'completed', targetDigest: target, schemaMigration: LATEST_MIGRATION, actor: 'admin' });
+    // The transcript after the restart: the compose output of the switch included.
+    const events = await checkTranscript((r.body as { jobId: string }).jobId, after, { helperStatus: 'ok', decision: 'completed', outcome: 'completed' });
+    const out = helperLinesOf(events);
+    expect(out.filter((l) => switchLine('dev-latest').test(l))).toHaveLength(1);
+    expect(out.some((l) => /Container installer-backend\s+(Healthy|Started|Recreated)/.test(l))).toBe(true);
+    expect(out.at(-1)).toMatch(/^self-update: status ok/);
   });
 
   it('3. a build whose healthcheck fails: rolled back, helper exit 0, back on the old digest with the reason', async () => {
@@ -119,6 +164,11 @@ describe('self-update on the real engine', () => {
     expect(c.lastUpdate.detail).toMatch(/^rolled back: the switch to dev-latest failed \(exit 1: .*unhealthy.*\); helper exit 0; still on the previous image .*/);
     expect((await version()).image).toBe(images.ref('rollback'));
     expect(c).toMatchObject({ updateAvailable: true, currentDigest: previous, remoteDigest: target });
+    // The transcript, written by the backend that rolled back: the switch's failure and the rollback's compose output.
+    const out = helperLinesOf(await checkTranscript((r.body as { jobId: string }).jobId, c, { helperStatus: 'rolled-back', decision: 'rolled-back', outcome: 'failed' }));
+    expect(out.filter((l) => switchLine('dev-latest').test(l))).toHaveLength(1);
+    expect(out.some((l) => l.startsWith('self-update: switch failed: exit 1'))).toBe(true);
+    expect(out.filter((l) => switchLine('rollback').test(l))).toHaveLength(1);
   });
 
   it('4. a build that migrates the schema and then fails: ROLLED BACK ONTO A CHANGED SCHEMA, logged at error level', async () => {
@@ -158,6 +208,11 @@ describe('self-update on the real engine', () => {
     expect(c.lastUpdate.targetDigest).toBe(target);
     expect(c.lastUpdate.detail).toContain(`restarted on ${images.ref(BASE)} (${base}), which is neither the target ${target}`);
     expect(c.lastUpdate.detail).toContain('the rollback failed too');
+    // The transcript, written by the backend brought up by hand: the failed switch, the failed rollback, the recovery text.
+    const out = helperLinesOf(await checkTranscript((r.body as { jobId: string }).jobId, c, { helperStatus: 'failed', decision: 'neither', outcome: 'failed' }));
+    expect(out.filter((l) => switchLine('rollback').test(l))).toHaveLength(1);
+    expect(out.some((l) => l.startsWith('self-update: rollback failed: exit 1'))).toBe(true);
+    expect(out.some((l) => l.includes('docker compose pull && docker compose up -d'))).toBe(true);
   });
 
   it('6. 409 while a deployment job runs; 400 with the registry unreachable and nothing changed', async () => {

@@ -68,6 +68,25 @@ async function updateFromTheUi(shotName: string): Promise<{ ok: number; failed: 
   return seen;
 }
 
+/**
+ * The reloaded page is the update's transcript (its job page): preflight, then the helper's compose
+ * output read after the restart, then the outcome. Back to the status page afterwards.
+ */
+async function transcriptShown(shotName: string, outcome: 'completed' | 'failed', tag: RegExp): Promise<void> {
+  expect(new URL(page.url()).pathname).toMatch(/^\/jobs\/[0-9a-f-]{36}$/);
+  const output = page.getByTestId('job-output');
+  await poll(() => output.textContent(), 300_000).toContain('self-update: status');
+  const text = (await output.textContent()) ?? '';
+  expect(text).toContain('started installer-self-updater');
+  expect(text).toMatch(tag);
+  expect(text).toContain('decision');
+  await poll(() => page.getByTestId('job-finished').textContent()).toContain(`Job ${outcome}`);
+  expect(await page.getByTestId('cancel-job').count()).toBe(0);
+  await shoot(page, shotName);
+  await page.getByRole('link', { name: '← Status' }).click();
+  await page.getByTestId('installer').waitFor();
+}
+
 beforeAll(async () => {
   ensureUiBuilt();
   await removeLeftovers();
@@ -112,10 +131,12 @@ describe('a real self-update from the UI, from scripts/try-self-update.sh', () =
     expect(seen.failed, 'the overlay saw the installer down at least once').toBeGreaterThan(0);
     expect(seen.ok).toBeGreaterThan(0);
 
+    await transcriptShown('self-update-transcript', 'completed', /self-update: running: VERSION=\S+ INSTALLER_INIT_REPLICAS=0 docker compose /);
     const after = await runningDigest();
     expect(after).toMatch(/^sha256:/);
     expect(after).not.toBe(before);
     await poll(() => page.getByTestId('last-update').textContent()).toContain('completed');
+    expect(await page.getByTestId('last-update-transcript').count()).toBe(1);
     expect(await page.getByTestId('update-pill').count()).toBe(0);
     expect(await page.getByTestId('update-overlay').count()).toBe(0);
     await shoot(page, 'self-update-completed');
@@ -125,6 +146,7 @@ describe('a real self-update from the UI, from scripts/try-self-update.sh', () =
     const before = await runningDigest();
     await trySelfUpdate(['--broken']);
     await updateFromTheUi('self-update-rollback-overlay');
+    await transcriptShown('self-update-rollback-transcript', 'failed', /self-update: running: VERSION=rollback INSTALLER_INIT_REPLICAS=0 docker compose /);
     await poll(() => page.getByTestId('last-update').textContent(), 300_000).toContain('rolled-back');
     expect(await runningDigest()).toBe(before);
     await poll(() => page.getByTestId('update-pill').textContent()).toContain('Manager update rolled back');

@@ -220,6 +220,8 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
       const target = await getJob(db, req.params.jobId);
       if (!target) throw notFound(`no job ${req.params.jobId}`);
       if (target.kind === 'cancel-job') throw badRequest('a cancel-job request cannot itself be cancelled');
+      // Its job is the update's transcript: the helper, once started, is not stopped halfway.
+      if (target.kind === 'self-update') throw badRequest('a self-update cannot be cancelled: its job is its transcript');
       const actor = req.actor();
       const jobId = await db.transaction().execute(async (tx) => {
         if (!(await requestCancel(tx, target.jobId, actor.id))) {

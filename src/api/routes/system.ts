@@ -6,7 +6,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { ageFields, freshness } from '../observed-reads.ts';
 import { ageOf, readFresh } from '../../state/observed.ts';
-import { failedTargetWarning, getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, updateSelfUpdate, type SelfUpdateView } from '../../state/self-update.ts';
+import { failedTargetWarning, finishTranscript, getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, updateSelfUpdate, type SelfUpdateView } from '../../state/self-update.ts';
 import { AppError, badRequest, conflict, unavailable } from '../../errors.ts';
 
 const lastUpdateSchema = z.object({
@@ -14,6 +14,7 @@ const lastUpdateSchema = z.object({
   detail: z.string().nullable(),
   at: z.string().nullable(),
   targetDigest: z.string().nullable(),
+  jobId: z.string().nullable().describe('the update\'s job: its transcript replays at /api/deployment/jobs/{jobId}/logs'),
 });
 
 const checkSchema = z.object({
@@ -27,7 +28,12 @@ const checkSchema = z.object({
   ...ageFields,
 });
 
-const startSchema = z.object({ started: z.boolean(), targetDigest: z.string(), message: z.string() });
+const startSchema = z.object({
+  started: z.boolean(),
+  targetDigest: z.string(),
+  message: z.string(),
+  jobId: z.string().nullable().optional().describe('the update\'s job: its transcript at /api/deployment/jobs/{jobId}/logs'),
+});
 
 /** How long a request may wait to be claimed before it is withdrawn (no controller is running). */
 const CLAIM_TIMEOUT_MS = 10_000;
@@ -101,15 +107,19 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
         const waited = Date.now() - started;
         if (view.phase === 'requested' && waited >= CLAIM_TIMEOUT_MS) {
           const detail = `no self-update controller claimed the request within ${CLAIM_TIMEOUT_MS / 1000} s; nothing was changed`;
-          if (await updateSelfUpdate(db, requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested'])) {
-            throw unavailable(`self-update not started: ${detail}`);
-          }
+          const withdrawn = await db.transaction().execute(async (tx) => {
+            if (!(await updateSelfUpdate(tx, requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested']))) return false;
+            await finishTranscript(tx, view!.jobId, { state: 'aborted', detail, exitCode: null }, [{ type: 'phase', payload: { phase: 'decision', outcome: 'aborted', detail } }]);
+            return true;
+          });
+          if (withdrawn) throw unavailable(`self-update not started: ${detail}`);
           continue;
         }
         if (waited >= limit) {
           return reply.status(202).send({
             started: true,
             targetDigest: view.targetDigest ?? '',
+            jobId: view.jobId,
             message: `preflight is still running after ${Math.round(waited / 1000)} s (${view.state ?? view.phase}); the outcome will show in lastUpdate of GET /api/system/self-update-check`,
           });
         }
@@ -119,7 +129,7 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
       const target = view.targetDigest ?? '';
       switch (view.phase) {
         case 'newest':
-          return { started: false, targetDigest: target, message: `The installer already runs the newest build of channel ${view.channel}; no update was started.` };
+          return { started: false, targetDigest: target, jobId: view.jobId, message: `The installer already runs the newest build of channel ${view.channel}; no update was started.` };
         case 'unresolved':
           throw badRequest(`${view.detail ?? 'the target digest cannot be resolved'}; nothing was changed`);
         case 'aborted':
@@ -129,6 +139,7 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
           return {
             started: true,
             targetDigest: target,
+            jobId: view.jobId,
             message:
               `Preflight passed; installer-self-updater is switching the installer to ${view.targetTag} (${target}). ` +
               'The installer restarts: expect about one to three minutes without a connection. The platform stack is not touched.',

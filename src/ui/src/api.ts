@@ -140,6 +140,8 @@ export interface LastUpdate {
   detail: string | null;
   at: string | null;
   targetDigest: string | null;
+  /** The update's job: its transcript (absent from a backend that predates it). */
+  jobId?: string | null;
 }
 
 export interface SelfUpdateCheck {
@@ -157,6 +159,8 @@ export interface SelfUpdateStart {
   started: boolean;
   targetDigest: string;
   message: string;
+  /** The update's job: its transcript, shown once the overlay reloads (absent from an older backend). */
+  jobId?: string | null;
 }
 
 export interface VersionInfo {

@@ -30,7 +30,7 @@ export interface SelfUpdateCheck {
   composeChanged: boolean | null;
   error?: string;
   warning?: string;
-  lastUpdate: { status: string | null; detail: string | null; at: string | null; targetDigest: string | null };
+  lastUpdate: { status: string | null; detail: string | null; at: string | null; targetDigest: string | null; jobId?: string | null };
 }
 
 export class FakeRuntime implements RuntimePort {
@@ -171,6 +171,14 @@ export class FakeEngine implements SelfUpdateEngine {
     const spec: HelperSpec = { name: 'installer-self-updater', image: `${REPO}:dev-latest`, cmd: [], binds: [], env: [], labels: { 'io.installer.self-update.request': requestId } };
     this.helpers.push({ id, spec, running: false, exit, finish: () => {} });
     this.exits.set(id, Promise.resolve(exit));
+  }
+  /** What each helper printed, by container id (helperOutput). */
+  outputs = new Map<string, string[]>();
+  async helperOutput(id: string | null): Promise<string[]> {
+    this.check('helperOutput');
+    const out = id ? this.outputs.get(id) : undefined;
+    if (!out) throw new Error(`no such container: ${id ?? 'installer-self-updater'}`);
+    return [...out];
   }
   async waitHelper(id: string | null, opts: { deadline: Date | null; signal: AbortSignal }): Promise<HelperExit> {
     this.check('waitHelper');

@@ -8,6 +8,7 @@ import { ROOT } from '../shared/process.ts';
 import { docker, must, REGISTRY, run } from './rig.ts';
 import { startStack, type Stack } from './stack.ts';
 import { eventually } from '../shared/eventually.ts';
+import { parseSse, type SseMessage } from '../shared/sse.ts';
 
 export const FIXTURES = path.join(ROOT, 'test/fixtures/self-update');
 export type Variant = 'good' | 'unhealthy' | 'migrates-then-unhealthy' | 'crashes' | 'ships-new-compose';
@@ -227,3 +228,22 @@ export const helperLogs = async () => {
   const r = await run('docker', ['logs', HELPER]);
   return r.stdout + r.stderr;
 };
+
+/**
+ * An update's transcript replayed through GET /api/deployment/jobs/{jobId}/logs, to its end (the
+ * stream ends after `finished`; one that does not end within the bound fails the test).
+ */
+export async function transcript(i: InstallerUnderTest, jobId: string, timeoutMs = 60_000): Promise<SseMessage[]> {
+  const res = await fetch(`${i.stack.baseUrl}/api/deployment/jobs/${jobId}/logs`, {
+    headers: { authorization: `Bearer ${i.token}`, accept: 'text/event-stream' },
+    signal: AbortSignal.timeout(timeoutMs),
+  });
+  if (res.status !== 200) throw new Error(`the transcript of job ${jobId}: HTTP ${res.status} ${await res.text()}`);
+  const events = parseSse(await res.text());
+  if (events.at(-1)?.event !== 'finished') throw new Error(`the transcript of job ${jobId} did not end with finished: ${JSON.stringify(events.slice(-3))}`);
+  return events;
+}
+
+/** The helper's lines in a transcript: the output events read from its exited container after the restart. */
+export const helperLinesOf = (events: SseMessage[]) =>
+  events.filter((e) => e.event === 'output' && e.data.source === HELPER).map((e) => String(e.data.line));

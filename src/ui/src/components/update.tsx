@@ -92,7 +92,11 @@ export function RestartOverlay(props: { start: SelfUpdateStart; reload?: () => v
   // A layout effect runs right after the first render (a plain effect waits for a frame): the
   // clock starts at confirmation.
   useLayoutEffect(() => {
-    const watcher = new RestartWatcher({ probe: healthProbe, reload: props.reload ?? (() => location.reload()), onChange: setS }).start();
+    // The reload lands on the update's transcript (its job page), which follows it to its end: the
+    // helper's output and the outcome are written by the backend that comes up.
+    const jobId = props.start.jobId;
+    const reload = props.reload ?? (() => (jobId ? location.assign(`/jobs/${encodeURIComponent(jobId)}`) : location.reload()));
+    const watcher = new RestartWatcher({ probe: healthProbe, reload, onChange: setS }).start();
     return () => watcher.stop();
   }, []);
   useEffect(() => {

@@ -235,13 +235,19 @@ export function JobPage(props: { jobId: string }) {
               </>
             )}
           </dl>
-          {hasRole(me, 'operator') && !ended && !job.cancelRequestedBy && job.kind !== 'cancel-job' && (
+          {hasRole(me, 'operator') && !ended && !job.cancelRequestedBy && job.kind !== 'cancel-job' && job.kind !== 'self-update' && (
             <button type="button" class="btn danger" data-testid="cancel-job" onClick={() => (setCancelError(null), setConfirmCancel(true))}>
               Cancel job
             </button>
           )}
           {cancelNote && <Notice>{cancelNote}</Notice>}
         </section>
+      )}
+
+      {job?.kind === 'self-update' && !ended && (
+        <Notice testid="self-update-transcript-note">
+          The installer is updating itself. Its helper's output and the outcome follow here once the installer that comes up has read them.
+        </Notice>
       )}
 
       {bars.length > 0 && (

@@ -263,6 +263,14 @@ function InstallerCard() {
           {last?.status ? (
             <>
               <Badge value={last.status} /> {time(last.at)}
+              {last.jobId && (
+                <span data-testid="last-update-transcript">
+                  {' '}
+                  <Link href={`/jobs/${last.jobId}`} title="the update's preflight, its helper's output and its outcome">
+                    transcript
+                  </Link>
+                </span>
+              )}
               {last.detail && <div class="small">{last.detail}</div>}
             </>
           ) : (
