@@ -13,6 +13,7 @@ import { pendingReconciliation, updateSelfUpdate } from '../src/state/self-updat
 import { quarantineDigest } from '../src/state/update-policy.ts';
 import { startReconcileRun, updateReconcileRun } from '../src/state/reconcile-runs.ts';
 import { enqueueNotification } from '../src/state/notifications.ts';
+import { settleDowntime } from '../src/state/update-history.ts';
 import { HELPER_NAME, type SelfUpdateEngine } from '../src/adapters/self-update.ts';
 import {
   BOOT_RECONCILE_CHART_VERSION, bootReconcileMachine, CHANGED_SCHEMA, helperReason, phaseOfOutcome,
@@ -112,6 +113,7 @@ export class SelfUpdateOutcomeReconciler {
         const exitCode = helper?.exitCode ?? null;
         const changed = await db.transaction().execute(async (tx) => {
           if (!(await updateSelfUpdate(tx, p.requestId, { phase: 'undecided', detail, helperExitCode: exitCode, finished: true }, ['helper-running']))) return false;
+          await settleDowntime(tx, p.requestId); // docs/adr/0031-update-history.md
           if (p.actionId) await recordFinished(tx, p.actionId, { status: 'failed', exitCode, detail });
           await enqueueNotification(tx, {
             type: 'self-update.failed', eventId: `self-update.failed:${p.requestId}`,
@@ -129,6 +131,7 @@ export class SelfUpdateOutcomeReconciler {
         const phase = phaseOfOutcome(outcome);
         const changed = await db.transaction().execute(async (tx) => {
           if (!(await updateSelfUpdate(tx, p.requestId, { phase, detail, helperExitCode: helper.exitCode, finished: true }, ['helper-running']))) return false;
+          await settleDowntime(tx, p.requestId); // docs/adr/0031-update-history.md
           if (p.actionId) await recordFinished(tx, p.actionId, { status: outcome === 'completed' ? 'completed' : 'failed', exitCode: helper.exitCode, detail });
           // Notifications go with the outcome, in its transaction (docs/notifications.md).
           const data = { requestId: p.requestId, outcome: phase, targetDigest: p.targetDigest, runningDigest: input.now.digest, detail, helperStatus: helper.status, helperExitCode: helper.exitCode };
