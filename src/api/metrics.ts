@@ -60,7 +60,9 @@ export class InstallerMetrics {
   });
   private readonly selfUpdateDowntime = new Gauge({
     name: 'installer_self_update_downtime_seconds',
-    help: "Downtime of the last completed self-update as the installer measured it: the old backend's last answer to the new one's first readiness (absent when not measured)",
+    help: "Downtime of the last completed self-update as the installer measured it: the old backend's last answer to the new one's first readiness (absent when not measured; labelled with the update's requestId)",
+    // Labelled: an unlabelled gauge always shows a value, and an unmeasured downtime is no 0.
+    labelNames: ['request_id'] as const,
     registers: [this.registry],
   });
   private readonly dbUp = new Gauge({
@@ -94,7 +96,8 @@ export class InstallerMetrics {
       for (const d of durations) this.jobDuration.observe({ kind: d.kind, outcome: d.outcome }, d.seconds);
       for (const u of updates) this.selfUpdates.set({ phase: u.phase }, u.count);
       for (const o of history.outcomes) this.selfUpdatesTotal.inc({ outcome: o.outcome }, o.count);
-      if (history.lastCompleted?.downtimeMs != null) this.selfUpdateDowntime.set(history.lastCompleted.downtimeMs / 1000);
+      const last = history.lastCompleted;
+      if (last && last.downtimeMs !== null) this.selfUpdateDowntime.set({ request_id: last.requestId }, last.downtimeMs / 1000);
       this.dbUp.set(1);
     } catch {
       this.jobsTotal.reset();
