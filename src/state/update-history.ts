@@ -4,6 +4,7 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { DB, SelfUpdatePhase } from '../db/schema.ts';
 import { SPAWNED } from './self-update.ts';
+import type { UpdateHistoryEntry } from '../contracts/update-history.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
@@ -73,22 +74,7 @@ export async function settleDowntime(db: Conn, requestId: string): Promise<Downt
   return d;
 }
 
-export interface HistoryEntry {
-  requestId: string;
-  actor: { id: string; email: string | null };
-  from: { reference: string | null; digest: string | null };
-  to: { tag: string | null; digest: string | null };
-  /** The phase: `helper-running` while in flight, then completed, rolled-back, neither or undecided. */
-  outcome: string;
-  detail: string | null;
-  downtimeMs: number | null;
-  /** Why downtimeMs is null: the update is still in flight, or an end was not recorded. */
-  downtimeNote: string | null;
-  lastAnswerAt: string | null;
-  firstReadyAt: string | null;
-  startedAt: string;
-  finishedAt: string | null;
-}
+export type HistoryEntry = UpdateHistoryEntry;
 
 const iso = (d: Date | string | null) => (d === null ? null : new Date(d).toISOString());
 

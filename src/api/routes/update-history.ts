@@ -3,7 +3,8 @@
 // only; paged like the audit trail, with a `Link: rel="next"` header naming the next older page.
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { historyEntryExists, listUpdateHistory, type HistoryEntry } from '../../state/update-history.ts';
+import { historyEntryExists, listUpdateHistory } from '../../state/update-history.ts';
+import type { UpdateHistoryEntry } from '../../contracts/update-history.ts';
 import { badRequest } from '../../errors.ts';
 
 export const HISTORY_LIMIT = { default: 20, max: 200 };
@@ -30,7 +31,7 @@ const entrySchema = z.object({
   firstReadyAt: z.string().nullable(),
   startedAt: z.string(),
   finishedAt: z.string().nullable(),
-}) satisfies z.ZodType<HistoryEntry>;
+}) satisfies z.ZodType<UpdateHistoryEntry>;
 
 export const updateHistoryRoutes: FastifyPluginAsyncZod = async (app) => {
   const db = app.deps.database.db;
