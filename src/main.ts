@@ -25,11 +25,11 @@ const serving: { listeners?: Listeners } = {};
 // Only a process that serves the API answers clients: its last answer starts a self-update's outage.
 const serves = settings.INSTALLER_ROLE !== 'controllers';
 /** Stopped while a self-update's helper runs: the switch stops this backend, its last answer starts the outage. */
-async function noteLastAnswer(): Promise<void> {
-  const at = app.lastAnswer.at;
-  if (!serves || !at) return;
+async function noteLastAnswer(stoppedAcceptingAt: Date): Promise<void> {
+  if (!serves) return;
+  const at = app.lastAnswer.servedUntil(stoppedAcceptingAt);
   try {
-    if (await recordLastAnswer(database.db, at)) logger.info({ lastAnswerAt: at.toISOString() }, 'stopping while a self-update is in flight: recorded the last answer as the start of its downtime');
+    if (await recordLastAnswer(database.db, at)) logger.info({ lastAnswerAt: at.toISOString(), lastResponseAt: app.lastAnswer.at?.toISOString() ?? null }, 'stopping while a self-update is in flight: recorded the last answer as the start of its downtime');
   } catch (err) {
     logger.warn({ err }, 'could not record the last answer of this backend for the self-update in flight');
   }
@@ -47,8 +47,10 @@ async function shutdown(signal: string): Promise<void> {
   force.unref();
   try {
     await wired.stop();
+    // Until its listeners close, this backend answers anyone who asks.
+    const stoppedAcceptingAt = new Date();
     await (serving.listeners ? serving.listeners.close() : app.close());
-    await noteLastAnswer();
+    await noteLastAnswer(stoppedAcceptingAt);
     await database.close();
   } finally {
     logger.flush();

@@ -1,6 +1,7 @@
 // The time of the last answer this process sent, for the downtime a self-update measures
-// (docs/adr/0031-update-history.md): when the helper's switch stops this backend, that time is the
-// outage's start. A 5xx is not an answer a client can use, so it does not count.
+// (docs/adr/0031-update-history.md): when the helper's switch stops this backend, the later of that
+// time and the moment it stopped accepting requests is the outage's start. A 5xx is not an answer a
+// client can use, so it does not count.
 import fp from 'fastify-plugin';
 import type { FastifyInstance } from 'fastify';
 
@@ -13,6 +14,16 @@ export class LastAnswer {
 
   get at(): Date | null {
     return this.ms === null ? null : new Date(this.ms);
+  }
+
+  /**
+   * The end of this backend's service when it stops: its last answer, or the moment it stopped
+   * accepting requests when that came later. An idle backend would have answered anyone until
+   * then, so the time since its last request is no downtime; an answer to a request already in
+   * flight when it stopped accepting comes later and counts.
+   */
+  servedUntil(stoppedAcceptingAt: Date): Date {
+    return this.ms !== null && this.ms > stoppedAcceptingAt.getTime() ? new Date(this.ms) : stoppedAcceptingAt;
   }
 }
 

@@ -38,4 +38,14 @@ describe('LastAnswer', () => {
     last.note(503, 5_000);
     expect(last.at).toEqual(new Date(3_000));
   });
+
+  it('an idle backend served until it stopped accepting; an answer in flight then counts when it ends later', () => {
+    const last = new LastAnswer();
+    const stopped = new Date(10_000);
+    expect(last.servedUntil(stopped)).toEqual(stopped);
+    last.note(200, 4_000);
+    expect(last.servedUntil(stopped)).toEqual(stopped);
+    last.note(200, 10_250);
+    expect(last.servedUntil(stopped)).toEqual(new Date(10_250));
+  });
 });
