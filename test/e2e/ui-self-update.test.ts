@@ -136,7 +136,8 @@ describe('a real self-update from the UI, from scripts/try-self-update.sh', () =
     expect(entry!.downtimeMs, JSON.stringify(entry)).toBeGreaterThan(0);
     const row = page.getByTestId('update-history-table').locator(`tr[data-request-id="${entry!.requestId}"]`);
     await poll(() => row.count()).toBe(1);
-    expect(await row.locator('.badge').textContent()).toBe('completed');
+    // The table is read again once the last update's outcome shows above it.
+    await poll(() => row.locator('.badge').textContent()).toBe('completed');
     expect(await row.getByTestId('downtime').textContent()).toBe(`${(entry!.downtimeMs! / 1000).toFixed(2)} s`);
     expect(await row.textContent()).toContain(`sha256:${after!.slice(7, 19)}…`);
     expect(await row.textContent()).toContain(`sha256:${before!.slice(7, 19)}…`);

@@ -3,6 +3,7 @@
 // (docs/adr/0031-update-history.md). Newest first; older pages on demand.
 import { useState } from 'preact/hooks';
 import { request, type UpdateHistoryEntry } from '../api.ts';
+import { useApp } from '../app.tsx';
 import { downtime, shortDigest, time } from '../format.ts';
 import { Badge, ErrorBox, TableScroll, usePoll } from './common.tsx';
 
@@ -20,7 +21,10 @@ async function loadPage(path: string, signal?: AbortSignal): Promise<Page> {
 }
 
 export function UpdateHistoryCard() {
-  const first = usePoll((signal) => loadPage(`/api/system/self-update/history?limit=${PAGE}`, signal), 30_000);
+  const { check } = useApp();
+  // Read again whenever the last update's outcome changes, so the table agrees with the card above.
+  const last = check?.lastUpdate;
+  const first = usePoll((signal) => loadPage(`/api/system/self-update/history?limit=${PAGE}`, signal), 30_000, [last?.status, last?.at]);
   const [older, setOlder] = useState<Page[]>([]);
   const [loading, setLoading] = useState(false);
   const [error, setError] = useState<unknown>(null);
