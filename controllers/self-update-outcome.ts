@@ -14,6 +14,7 @@ import type { NewJobEvent } from '../src/state/job-events.ts';
 import { quarantineDigest } from '../src/state/update-policy.ts';
 import { startReconcileRun, updateReconcileRun } from '../src/state/reconcile-runs.ts';
 import { enqueueNotification } from '../src/state/notifications.ts';
+import { settleDowntime } from '../src/state/update-history.ts';
 import { HELPER_NAME, type SelfUpdateEngine } from '../src/adapters/self-update.ts';
 import {
   BOOT_RECONCILE_CHART_VERSION, bootReconcileMachine, CHANGED_SCHEMA, helperReason, phaseOfOutcome,
@@ -146,6 +147,7 @@ export class SelfUpdateOutcomeReconciler {
           if (!(await updateSelfUpdate(tx, p.requestId, { phase: 'undecided', detail, helperExitCode: exitCode, finished: true }, ['helper-running']))) return false;
           // The transcript ends with the outcome, in its transaction: a restart writes both or neither.
           await finishTranscript(tx, jobId, { state: 'undecided', detail, exitCode }, transcriptTail(output, helper ?? null, { outcome: 'undecided', detail }), this.d.scrub);
+          await settleDowntime(tx, p.requestId); // docs/adr/0031-update-history.md
           if (p.actionId) await recordFinished(tx, p.actionId, { status: 'failed', exitCode, detail });
           await enqueueNotification(tx, {
             type: 'self-update.failed', eventId: `self-update.failed:${p.requestId}`,
@@ -167,6 +169,7 @@ export class SelfUpdateOutcomeReconciler {
           if (!(await updateSelfUpdate(tx, p.requestId, { phase, detail, helperExitCode: helper.exitCode, finished: true }, ['helper-running']))) return false;
           // The transcript ends with the outcome, in its transaction: a restart writes both or neither.
           await finishTranscript(tx, jobId, { state: phase, detail, exitCode: helper.exitCode }, transcriptTail(output, helper, { outcome: phase, detail }), this.d.scrub);
+          await settleDowntime(tx, p.requestId); // docs/adr/0031-update-history.md
           if (p.actionId) await recordFinished(tx, p.actionId, { status: outcome === 'completed' ? 'completed' : 'failed', exitCode: helper.exitCode, detail });
           // Notifications go with the outcome, in its transaction (docs/notifications.md).
           const data = { requestId: p.requestId, outcome: phase, targetDigest: p.targetDigest, runningDigest: input.now.digest, detail, helperStatus: helper.status, helperExitCode: helper.exitCode };

@@ -5,6 +5,7 @@ import { boot, ensureInitialAdmin, logCertificate, settingsOrExit, tlsOrExit } f
 import { buildApp } from './api/app.ts';
 import { wire } from './wiring.ts';
 import { startListeners, type Listeners } from './listeners.ts';
+import { recordFirstReady, recordLastAnswer } from './state/update-history.ts';
 
 const settings = settingsOrExit();
 // Before the database: a bad certificate file stops the process like any other bad setting.
@@ -21,6 +22,19 @@ const app = await buildApp({ ...wired.deps, tls: tls ? { source: tls.source, fin
 await wired.prepare();
 const serving: { listeners?: Listeners } = {};
 
+// Only a process that serves the API answers clients: its last answer starts a self-update's outage.
+const serves = settings.INSTALLER_ROLE !== 'controllers';
+/** Stopped while a self-update's helper runs: the switch stops this backend, its last answer starts the outage. */
+async function noteLastAnswer(stoppedAcceptingAt: Date): Promise<void> {
+  if (!serves) return;
+  const at = app.lastAnswer.servedUntil(stoppedAcceptingAt);
+  try {
+    if (await recordLastAnswer(database.db, at)) logger.info({ lastAnswerAt: at.toISOString(), lastResponseAt: app.lastAnswer.at?.toISOString() ?? null }, 'stopping while a self-update is in flight: recorded the last answer as the start of its downtime');
+  } catch (err) {
+    logger.warn({ err }, 'could not record the last answer of this backend for the self-update in flight');
+  }
+}
+
 let stopping = false;
 async function shutdown(signal: string): Promise<void> {
   if (stopping) return;
@@ -33,7 +47,10 @@ async function shutdown(signal: string): Promise<void> {
   force.unref();
   try {
     await wired.stop();
+    // Until its listeners close, this backend answers anyone who asks.
+    const stoppedAcceptingAt = new Date();
     await (serving.listeners ? serving.listeners.close() : app.close());
+    await noteLastAnswer(stoppedAcceptingAt);
     await database.close();
   } finally {
     logger.flush();
@@ -45,5 +62,12 @@ process.on('SIGINT', () => void shutdown('SIGINT'));
 
 const listeners = await startListeners(app, settings, tls, logger);
 serving.listeners = listeners;
+// The end of a self-update's outage as this process sees it (docs/adr/0031-update-history.md).
+if (serves) {
+  const readyAt = new Date();
+  await recordFirstReady(database.db, readyAt)
+    .then((recorded) => recorded && logger.info({ readyAt: readyAt.toISOString() }, 'ready while a self-update was in flight: recorded as the end of its downtime'))
+    .catch((err: unknown) => logger.warn({ err }, 'could not record the readiness of this backend for the self-update in flight'));
+}
 await wired.start();
 logger.info({ role: settings.INSTALLER_ROLE, address: listeners.httpAddress, ...(listeners.httpsAddress ? { httpsAddress: listeners.httpsAddress } : {}) }, settings.INSTALLER_ROLE === 'controllers' ? 'installer controllers running; listening for the healthcheck only' : 'installer listening');

@@ -26,11 +26,13 @@ import { logRoutes } from './routes/logs.ts';
 import { lazyRequestLogger } from './request-logger.ts';
 import { machineRoutes } from './routes/machines.ts';
 import { uiRoutes } from './ui.ts';
+import { updateHistoryRoutes } from './routes/update-history.ts';
 import { systemRoutes } from './routes/system.ts';
 import { updatePolicyRoutes } from './routes/update-policy.ts';
 import { observabilityRoutes } from './routes/observability.ts';
 import { tlsRoutes } from './routes/tls.ts';
 import { notificationRoutes } from './routes/notifications.ts';
+import { lastAnswerPlugin } from './last-answer.ts';
 import { InstallerMetrics, metricsPlugin } from './metrics.ts';
 
 export interface AppDeps {
@@ -143,6 +145,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   installErrorHandling(app);
   const metrics = new InstallerMetrics();
   await app.register(metricsPlugin, { metrics });
+  await app.register(lastAnswerPlugin);
   await app.register(fastifyRateLimit, {
     global: false,
     errorResponseBuilder: (_req, ctx) =>
@@ -189,6 +192,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await api.register(logRoutes);
     await api.register(machineRoutes);
     await api.register(systemRoutes);
+    await api.register(updateHistoryRoutes);
     await api.register(updatePolicyRoutes);
     await api.register(observabilityRoutes(metrics));
     await api.register(tlsRoutes);

@@ -6,6 +6,7 @@ import type { FastifyInstance, preHandlerHookHandler } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { jobCounts, finishedJobDurations, selfUpdateCounts } from '../state/observability.ts';
 import { databaseUp } from '../state/health.ts';
+import { updateHistoryFigures } from '../state/update-history.ts';
 
 /** Bounds a scrape's database reads: a scrape during an outage answers at once with db_up 0. */
 const SCRAPE_DB_TIMEOUT_MS = 2_000;
@@ -51,6 +52,19 @@ export class InstallerMetrics {
     labelNames: ['phase'] as const,
     registers: [this.registry],
   });
+  private readonly selfUpdatesTotal = new Counter({
+    name: 'installer_self_updates_total',
+    help: 'Self-updates that ran their helper and ended, by outcome (completed, rolled-back, neither, undecided), counted from the stored updates',
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
+  private readonly selfUpdateDowntime = new Gauge({
+    name: 'installer_self_update_downtime_seconds',
+    help: "Downtime of the last completed self-update as the installer measured it: the old backend's last answer to the new one's first readiness (absent when not measured; labelled with the update's requestId)",
+    // Labelled: an unlabelled gauge always shows a value, and an unmeasured downtime is no 0.
+    labelNames: ['request_id'] as const,
+    registers: [this.registry],
+  });
   private readonly dbUp = new Gauge({
     name: 'installer_database_up',
     help: '1 when the database answered this scrape, else 0 (job and update figures are then absent)',
@@ -67,24 +81,31 @@ export class InstallerMetrics {
     this.jobsActive.reset();
     this.jobDuration.reset();
     this.selfUpdates.reset();
+    this.selfUpdatesTotal.reset();
+    this.selfUpdateDowntime.reset();
     if (!(await databaseUp(db, SCRAPE_DB_TIMEOUT_MS))) {
       this.dbUp.set(0);
       return;
     }
     try {
-      const [counts, durations, updates] = await Promise.all([jobCounts(db), finishedJobDurations(db), selfUpdateCounts(db)]);
+      const [counts, durations, updates, history] = await Promise.all([jobCounts(db), finishedJobDurations(db), selfUpdateCounts(db), updateHistoryFigures(db)]);
       for (const c of counts) {
         if (c.phase === 'completed' || c.phase === 'failed') this.jobsTotal.inc({ kind: c.kind, outcome: c.phase }, c.count);
         else this.jobsActive.set({ kind: c.kind, phase: c.phase }, c.count);
       }
       for (const d of durations) this.jobDuration.observe({ kind: d.kind, outcome: d.outcome }, d.seconds);
       for (const u of updates) this.selfUpdates.set({ phase: u.phase }, u.count);
+      for (const o of history.outcomes) this.selfUpdatesTotal.inc({ outcome: o.outcome }, o.count);
+      const last = history.lastCompleted;
+      if (last && last.downtimeMs !== null) this.selfUpdateDowntime.set({ request_id: last.requestId }, last.downtimeMs / 1000);
       this.dbUp.set(1);
     } catch {
       this.jobsTotal.reset();
       this.jobsActive.reset();
       this.jobDuration.reset();
       this.selfUpdates.reset();
+      this.selfUpdatesTotal.reset();
+      this.selfUpdateDowntime.reset();
       this.dbUp.set(0);
     }
   }

@@ -150,6 +150,14 @@ export interface SelfUpdateStatusTable {
   created_at: Timestamp;
   updated_at: Timestamp;
   finished_at: Date | null;
+  /** When the backend that ran before the switch sent its last answer (written as it stops). */
+  last_answer_at: Date | null;
+  /** When the first backend after the switch listened. */
+  first_ready_at: Date | null;
+  /** first_ready_at − last_answer_at, stored by the outcome reconciliation; null when either end is unknown. */
+  downtime_ms: number | null;
+  /** Why downtime_ms is null. */
+  downtime_note: string | null;
 }
 
 /** Observed state: one run of the self-update outcome's reconciliation, with its chart snapshot. */

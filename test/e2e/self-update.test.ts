@@ -14,6 +14,7 @@ import {
 } from '../helpers/e2e/self-update-rig.ts';
 import type { SseMessage } from '../helpers/shared/sse.ts';
 import { LATEST_MIGRATION, type SelfUpdateCheck as Check } from '../helpers/api/self-update.ts';
+import type { UpdateHistoryEntry } from '../../src/contracts/update-history.ts';
 
 const images = new Images();
 let i: InstallerUnderTest;
@@ -115,6 +116,7 @@ describe('self-update on the real engine', () => {
     const c = await check();
     expect(c).toMatchObject({ updateAvailable: true, remoteDigest: target, currentDigest: images.digests.get(BASE) });
 
+    const startedAt = Date.now();
     const r = await startUpdate();
     expect(r.status, JSON.stringify(r.body)).toBe(200);
     expect(r.body).toMatchObject({ started: true, targetDigest: target });
@@ -149,6 +151,28 @@ describe('self-update on the real engine', () => {
     expect(out.filter((l) => switchLine('dev-latest').test(l))).toHaveLength(1);
     expect(out.some((l) => /Container installer-backend\s+(Healthy|Started|Recreated)/.test(l))).toBe(true);
     expect(out.at(-1)).toMatch(/^self-update: status ok/);
+
+    // The downtime the installer measured itself (docs/adr/0031-update-history.md): the old backend
+    // wrote its last answer as the switch stopped it, the new one its first readiness.
+    const settledAt = Date.now();
+    const history = (await i.get('/api/system/self-update/history')).body as UpdateHistoryEntry[];
+    const entry = history[0]!;
+    expect(entry).toMatchObject({ outcome: 'completed', actor: { id: 'admin' }, from: { digest: images.digests.get(BASE) }, to: { tag: 'dev-latest', digest: target }, downtimeNote: null });
+    expect(entry.downtimeMs, JSON.stringify(entry)).not.toBeNull();
+    // Positive and plausible: a real gap, shorter than the whole update as this test saw it, and
+    // between its own two ends, which lie inside the update.
+    expect(entry.downtimeMs!).toBeGreaterThan(0);
+    expect(entry.downtimeMs!).toBeLessThan(Math.min(60_000, settledAt - startedAt));
+    expect(Date.parse(entry.firstReadyAt!) - Date.parse(entry.lastAnswerAt!)).toBe(entry.downtimeMs);
+    expect(Date.parse(entry.lastAnswerAt!)).toBeGreaterThanOrEqual(startedAt - 1_000);
+    expect(Date.parse(entry.firstReadyAt!)).toBeLessThanOrEqual(Date.parse(entry.finishedAt!));
+    // The same figure in /metrics.
+    const metrics = (await i.get('/metrics')).body as string;
+    const line = metrics.split('\n').find((l) => l.startsWith(`installer_self_update_downtime_seconds{request_id="${entry.requestId}"} `));
+    expect(line, metrics.split('\n').filter((l) => l.includes('self_update')).join('\n')).toBeDefined();
+    expect(Number(line!.split(' ').pop())).toBeCloseTo(entry.downtimeMs! / 1000, 6);
+    expect(metrics).toMatch(/^installer_self_updates_total\{outcome="completed"\} 1$/m);
+    console.log(`self-update downtime measured by the installer: ${entry.downtimeMs} ms`);
   });
 
   it('3. a build whose healthcheck fails: rolled back, helper exit 0, back on the old digest with the reason', async () => {

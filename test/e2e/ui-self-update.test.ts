@@ -14,6 +14,7 @@ import { docker, freePort, run } from '../helpers/e2e/rig.ts';
 import { removeLeftovers } from '../helpers/e2e/stack.ts';
 import { chosenPassword } from '../helpers/e2e/first-admin.ts';
 import { ensureUiBuilt, launchChromium, newPage, shoot } from '../helpers/e2e/ui.ts';
+import type { UpdateHistoryEntry } from '../../src/contracts/update-history.ts';
 
 const workDir = mkdtempSync(path.join(tmpdir(), 'installer-try-'));
 let env: Record<string, string> = {};
@@ -38,6 +39,16 @@ async function runningDigest(): Promise<string | null> {
   const { token } = (await login.json()) as { token: string };
   const v = await fetch(`${base}/api/version`, { headers: { authorization: `Bearer ${token}` } });
   return v.ok ? ((await v.json()) as { digest: string | null }).digest : null;
+}
+
+/** The self-update history, asked with a token of our own (not through the page). */
+async function history(): Promise<UpdateHistoryEntry[]> {
+  const login = await fetch(`${base}/api/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'admin', password }) });
+  expect(login.status).toBe(200);
+  const { token } = (await login.json()) as { token: string };
+  const res = await fetch(`${base}/api/system/self-update/history`, { headers: { authorization: `Bearer ${token}` } });
+  expect(res.status).toBe(200);
+  return (await res.json()) as UpdateHistoryEntry[];
 }
 
 /** The health answers the page's overlay saw: a real gap shows as failed requests between answers. */
@@ -139,6 +150,18 @@ describe('a real self-update from the UI, from scripts/try-self-update.sh', () =
     expect(await page.getByTestId('last-update-transcript').count()).toBe(1);
     expect(await page.getByTestId('update-pill').count()).toBe(0);
     expect(await page.getByTestId('update-overlay').count()).toBe(0);
+
+    // The history table shows the update with the downtime the installer measured, as the API has it.
+    const [entry] = await history();
+    expect(entry).toMatchObject({ outcome: 'completed', from: { digest: before }, to: { digest: after } });
+    expect(entry!.downtimeMs, JSON.stringify(entry)).toBeGreaterThan(0);
+    const row = page.getByTestId('update-history-table').locator(`tr[data-request-id="${entry!.requestId}"]`);
+    await poll(() => row.count()).toBe(1);
+    // The table is read again once the last update's outcome shows above it.
+    await poll(() => row.locator('.badge').textContent()).toBe('completed');
+    expect(await row.getByTestId('downtime').textContent()).toBe(`${(entry!.downtimeMs! / 1000).toFixed(2)} s`);
+    expect(await row.textContent()).toContain(`sha256:${after!.slice(7, 19)}…`);
+    expect(await row.textContent()).toContain(`sha256:${before!.slice(7, 19)}…`);
     await shoot(page, 'self-update-completed');
   }, 20 * 60_000);
 

@@ -184,6 +184,7 @@ export type { ChartNode, ChartEdge, ChartInstance, ChartView as Chart, ActionVie
 export type { Container };
 
 export type { ContainerLogLine as LogLine } from '../../contracts/ports.ts';
+export type { UpdateHistoryEntry } from '../../contracts/update-history.ts';
 
 export type UpdatePolicyMode = 'manual' | 'notify' | 'auto';
 export const WEEK_DAYS = ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'] as const;

@@ -37,3 +37,9 @@ export function duration(ms: number): string {
   const m = Math.floor(s / 60);
   return m ? `${m} min ${String(s % 60).padStart(2, '0')} s` : `${s} s`;
 }
+
+/** A self-update's downtime: to the hundredth of a second under a minute, the figure the installer measured. */
+export function downtime(ms: number): string {
+  if (ms < 60_000) return `${(ms / 1000).toFixed(2)} s`;
+  return duration(ms);
+}

@@ -1,5 +1,5 @@
 // Platform status: containers with state and health, the actions (operator and up), jobs, and the
-// installer's own version and last self-update, and the update policy.
+// installer's own version and last self-update, the history of self-updates, and the update policy.
 import { useState } from 'preact/hooks';
 import { api, hasRole, type Job, type PlatformStatus, type VersionInfo } from '../api.ts';
 import { useApp } from '../app.tsx';
@@ -8,6 +8,7 @@ import { Link, navigate } from '../router.tsx';
 import { Badge, Dialog, ErrorBox, Notice, TableScroll, usePoll } from '../components/common.tsx';
 import { JOB_KINDS } from '../../../contracts/job-kinds.ts';
 import { UpdatePolicyCard } from '../components/update-policy.tsx';
+import { UpdateHistoryCard } from '../components/update-history.tsx';
 
 /** What the buttons say of each kind POST /api/deployment/jobs starts; the rest is in the one table of job kinds. */
 export const ACTIONS = [
@@ -99,6 +100,8 @@ export function StatusPage() {
       </section>
 
       <InstallerCard />
+
+      <UpdateHistoryCard />
 
       <UpdatePolicyCard />
     </div>
