@@ -132,6 +132,15 @@ export class SelfUpdateReconciler {
       }),
       // PUBLISHED_COMPOSE_URL when set, else the file the target image (just pulled) ships.
       fetchPublishedCompose: fromPromise<string, { target: UpdateTarget; imageId: string }>(({ input }) => engine.publishedComposeOf(input.target.channel, input.imageId)),
+      // Before anything is changed; the backup's name goes on the row for the schema alarm.
+      backupDatabase: fromPromise<string, { running: RunningImage; target: UpdateTarget }>(async ({ input }) => {
+        const from = input.running.digest ?? input.running.imageId;
+        const b = await engine.backupDatabase(from, settings.backupsKeep ?? 5);
+        await updateSelfUpdate(db, id, { backupFile: b.file });
+        log.info({ backup: b.file, removed: b.removed }, `database backed up before the update: ${b.file}`);
+        if (b.pruneProblem) log.warn({ backup: b.file }, `older database backups could not be removed: ${b.pruneProblem}`);
+        return b.file;
+      }),
       pullTarget: fromPromise<string, { target: UpdateTarget }>(async ({ input }) => {
         log.info({ digest: input.target.digest }, `pulling ${this.repository}@${input.target.digest}`);
         const imageId = await engine.pullByDigest(this.repository, input.target.digest);
