@@ -1,5 +1,6 @@
 // One self-update request inside the running backend: resolve the channel's target digest, stop if
-// already newest, run the preflight (a database backup before anything is changed), record the audit action, clear a leftover helper and spawn it.
+// already newest, run the preflight (with a database backup before anything is changed), record the
+// audit action, clear a leftover helper and spawn it.
 // A failure before the helper runs undoes what preflight changed: then nothing has changed. Every
 // step is bounded by the hung guard, so a stalled engine or registry cannot hold an update in flight.
 import { assign, fromPromise, setup } from 'xstate';
@@ -200,7 +201,7 @@ export const selfUpdateMachine = setup({
     // The database backup, before anything is changed: a failed dump aborts with nothing to undo
     // (docs/adr/0032-backup-before-the-switch.md).
     backingUp: {
-      after: { hungTimeout: { target: 'aborted', actions: assign({ failedStep: 'backingUp', detail: ({ context }) => `the database backup failed: ${hungMessage(context.hungMinutes)}`, abortCode: 'preflight' }) } },
+      after: { hungTimeout: { target: 'aborted', actions: assign({ failedStep: 'backingUp', detail: ({ context }) => hungMessage(context.hungMinutes), abortCode: 'preflight' }) } },
       invoke: {
         id: 'backupDatabase',
         src: 'backupDatabase',
