@@ -250,6 +250,15 @@ export class SelfUpdateReconciler {
         await this.d.engine.removeHelper().catch((err: Error) => log.error({ err }, `cannot remove the never-started ${HELPER_NAME}`));
         helper = null;
       }
+      if (helper && !r.actionId) {
+        // A helper is spawned only after the audit row is on the request; a request without one but
+        // with its helper is this update as the database backup of its own preflight held it: the
+        // database was restored from that backup (docs/self-update.md). Nothing to undo or wait for.
+        const detail = `closed: the database was restored from the backup taken in this update's preflight; the update's outcome is in docker logs ${HELPER_NAME}`;
+        await updateSelfUpdate(this.d.db, r.requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested', 'preflight']);
+        log.warn(detail);
+        continue;
+      }
       if (helper) {
         // The helper was started just before the restart: the update is in flight.
         await updateSelfUpdate(this.d.db, r.requestId, { phase: 'helper-running', helperContainerId: helper.id, helperDeadline: this.helperDeadline() });

@@ -15,6 +15,8 @@ export const BACKUPS_VOLUME = 'installer-backups';
 export const POSTGRES_BACKUPS_DIR = '/backups';
 /** The compose service of the installer's Postgres. */
 export const POSTGRES_SERVICE = 'postgres';
+/** The operating-system user of the Postgres image that runs pg_dump and owns the backups. */
+export const DUMP_USER = 'postgres';
 /** How long one dump may take before it is given up (the chart's hung guard is longer). */
 export const BACKUP_TIMEOUT_MS = 10 * 60_000;
 
@@ -44,10 +46,15 @@ export function backupFileName(at: Date, fromDigest: string | null, ext: 'dump' 
   return `installer-${time}-${/^[a-z0-9-]+$/.test(from) ? from : 'unknown'}.${ext}`;
 }
 
-/** The backups (by name) that go so that the newest `keep` stay; other files are never touched. */
+/**
+ * The backups (by name) that go so that the newest `keep` stay, and the unfinished copies a backup
+ * interrupted by a restart left (`.partial`: only one update, so one backup, runs at a time, and
+ * this runs after it finished). Other files are never touched.
+ */
 export function backupsToRemove(names: readonly string[], keep: number): string[] {
   const ours = names.filter((n) => NAME.test(n)).sort();
-  return ours.slice(0, Math.max(0, ours.length - keep));
+  const unfinished = names.filter((n) => n.endsWith('.partial') && NAME.test(n.slice(0, -'.partial'.length))).sort();
+  return [...ours.slice(0, Math.max(0, ours.length - keep)), ...unfinished];
 }
 
 const engineMessage = (err: unknown): string => {
@@ -92,11 +99,11 @@ export class PostgresContainerBackup implements DatabaseBackup {
   }
 
   /** Runs `cmd` in the container; resolves with its output, rejects with its exit code and stderr. */
-  private async exec(c: Docker.Container, cmd: string[]): Promise<string> {
+  private async exec(c: Docker.Container, cmd: string[], user = DUMP_USER): Promise<string> {
     const limit = this.s.timeoutMs ?? BACKUP_TIMEOUT_MS;
     let timer: NodeJS.Timeout | undefined;
     try {
-      const exec = await c.exec({ Cmd: cmd, AttachStdout: true, AttachStderr: true, AttachStdin: false, Tty: false });
+      const exec = await c.exec({ Cmd: cmd, User: user, AttachStdout: true, AttachStderr: true, AttachStdin: false, Tty: false });
       const stream = (await exec.start({ hijack: true, stdin: false })) as unknown as Readable;
       const parts: Buffer[] = [];
       const ended = new Promise<void>((resolve, reject) => {
@@ -129,6 +136,8 @@ export class PostgresContainerBackup implements DatabaseBackup {
     const final = path.posix.join(POSTGRES_BACKUPS_DIR, file);
     const partial = `${final}.partial`;
     try {
+      // A new volume's root belongs to root: the dump runs as the container's postgres user, not root.
+      await this.exec(c, ['chown', `${DUMP_USER}:${DUMP_USER}`, POSTGRES_BACKUPS_DIR], 'root');
       // The local socket: no password on the command line or in the environment.
       await this.exec(c, ['pg_dump', '--format=custom', '--no-password', '--username', this.s.user, '--dbname', this.s.database, '--file', partial]);
       await this.exec(c, ['mv', partial, final]);

@@ -10,7 +10,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { TEST_SECRETS } from '../helpers/api/app.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { currentMigration } from '../../src/db/migrate.ts';
-import { getSelfUpdate, listSelfUpdates } from '../../src/state/self-update.ts';
+import { getSelfUpdate, listSelfUpdates, pendingReconciliation as pendingReconciliationOf } from '../../src/state/self-update.ts';
 import { Sealer } from '../../src/state/platform-config.ts';
 import { listQuarantine } from '../../src/state/update-policy.ts';
 
@@ -479,5 +479,32 @@ describe('reconciling the outcome', () => {
     const r = await getSelfUpdate(ddb, id);
     expect(r).toMatchObject({ phase: 'aborted', detail: 'interrupted: the backend restarted during preflight; nothing was changed' });
     expect(engine.state()).toEqual(before);
+  });
+
+  it('a request in preflight without an audit row whose helper exists: the database was restored from its backup; closed, nothing undone', async () => {
+    const engine = new FakeEngine();
+    first = await startSelfUpdateApp({ db, engine, controllers: false });
+    const ddb = db.database.db;
+    const id = '00000000-0000-4000-8000-0000000000bb';
+    await ddb.insertInto('self_update_requests').values({ request_id: id, actor: 'amy' }).execute();
+    // The row as the backup taken in `backingUp` held it; the update went on to its helper since.
+    const snapshot = { value: 'backingUp', context: { changes: {}, target: { channel: 'dev', tag: 'dev-latest', digest: 'sha256:new' }, actionId: null } };
+    await ddb.insertInto('self_update_status').values({ request_id: id, phase: 'preflight', conditions: '[]', snapshot: JSON.stringify(snapshot) }).execute();
+    engine.addExitedHelper('helper-restored', rolledBackExit, id);
+    engine.tags.set(`${REPO}:rollback`, 'img-old');
+    await first.close({ drop: false });
+    first = undefined;
+    const before = engine.state();
+    second = await startSelfUpdateApp({ db, engine });
+    const r = await getSelfUpdate(ddb, id);
+    expect(r).toMatchObject({
+      phase: 'aborted', abortCode: 'preflight',
+      detail: "closed: the database was restored from the backup taken in this update's preflight; the update's outcome is in docker logs installer-self-updater",
+    });
+    expect(r!.finishedAt).not.toBeNull();
+    // Nothing was undone and nothing waits for the helper: no outcome, no second alarm.
+    expect(engine.state()).toEqual(before);
+    expect(await pendingReconciliationOf(ddb)).toBeUndefined();
+    expect(second.logs.join('')).not.toContain('"level":"error"');
   });
 });

@@ -23,7 +23,7 @@ describe('backup file names and retention', () => {
     expect(backupFileName(at, '../../etc/passwd', 'dump')).toBe('installer-20261125T001500123Z-unknown.dump');
   });
 
-  it('keeps the newest N of its own files and never touches others', () => {
+  it('keeps the newest N of its own files, drops unfinished ones and never touches others', () => {
     const names = [
       'installer-20261125T001500000Z-sha256-aaaaaaaaaaaa.dump',
       'installer-20261124T001500000Z-sha256-bbbbbbbbbbbb.dump',
@@ -32,9 +32,12 @@ describe('backup file names and retention', () => {
       'operator-copy.dump',
       'lost+found',
     ];
-    expect(backupsToRemove(names, 2)).toEqual(['installer-20261124T001500000Z-sha256-bbbbbbbbbbbb.dump']);
-    expect(backupsToRemove(names, 1)).toEqual(['installer-20261124T001500000Z-sha256-bbbbbbbbbbbb.dump', 'installer-20261125T001500000Z-sha256-aaaaaaaaaaaa.dump']);
-    expect(backupsToRemove(names, 5)).toEqual([]);
+    // A copy a restart interrupted (`.partial`) goes too; it never counts as a backup.
+    const partial = 'installer-20261123T001500000Z-sha256-cccccccccccc.dump.partial';
+    expect(backupsToRemove(names, 2)).toEqual(['installer-20261124T001500000Z-sha256-bbbbbbbbbbbb.dump', partial]);
+    expect(backupsToRemove(names, 1)).toEqual(['installer-20261124T001500000Z-sha256-bbbbbbbbbbbb.dump', 'installer-20261125T001500000Z-sha256-aaaaaaaaaaaa.dump', partial]);
+    expect(backupsToRemove(names, 5)).toEqual([partial]);
+    expect(backupsToRemove(['operator.dump.partial', 'lost+found'], 1)).toEqual([]);
   });
 });
 
