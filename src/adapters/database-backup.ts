@@ -120,7 +120,13 @@ export class PostgresContainerBackup implements DatabaseBackup {
       });
       await Promise.race([ended, timedOut]);
       const { stdout, stderr } = demux(Buffer.concat(parts));
-      const { ExitCode } = await exec.inspect();
+      // The stream can end a moment before the engine records the exit code.
+      let info = await exec.inspect();
+      for (let n = 0; info.Running && n < 50; n++) {
+        await new Promise((r) => setTimeout(r, 100));
+        info = await exec.inspect();
+      }
+      const ExitCode = info.Running ? null : info.ExitCode;
       if (ExitCode !== 0) throw new Error(`${cmd[0]} exited ${ExitCode ?? 'unknown'}: ${stderr.trim().split('\n').slice(-3).join(' ') || 'no output'}`);
       return stdout;
     } catch (err) {
