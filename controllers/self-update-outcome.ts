@@ -17,7 +17,7 @@ import { enqueueNotification } from '../src/state/notifications.ts';
 import { settleDowntime } from '../src/state/update-history.ts';
 import { HELPER_NAME, type SelfUpdateEngine } from '../src/adapters/self-update.ts';
 import {
-  BOOT_RECONCILE_CHART_VERSION, bootReconcileMachine, CHANGED_SCHEMA, helperReason, phaseOfOutcome,
+  BOOT_RECONCILE_CHART_VERSION, bootReconcileMachine, CHANGED_SCHEMA, helperReason, phaseOfOutcome, restoreCommand,
   type HelperOutcome, type PendingUpdate, type ReconcileOutcome, type RecordInput, type RepointInput, type RunningNow, type UndecidedInput,
 } from '../machines/boot-reconcile.machine.ts';
 import { OrderedWrites, runChart } from './runtime/run-chart.ts';
@@ -112,7 +112,7 @@ export class SelfUpdateOutcomeReconciler {
         return {
           requestId: p.requestId, actionId: p.actionId, targetTag: p.targetTag ?? '', targetDigest: p.targetDigest ?? '', targetImageId: p.targetImageId,
           previousReference: p.previousReference, previousDigest: p.previousDigest, previousImageId: p.previousImageId,
-          preUpdateMigration: p.preUpdateMigration, helperId: p.helperContainerId, helperDeadline: p.helperDeadline?.toISOString() ?? null,
+          preUpdateMigration: p.preUpdateMigration, backup: p.backupFile, helperId: p.helperContainerId, helperDeadline: p.helperDeadline?.toISOString() ?? null,
         };
       }),
       waitForHelper: fromPromise<HelperOutcome, { pending: PendingUpdate }>(async ({ input }) => {
@@ -178,7 +178,10 @@ export class SelfUpdateOutcomeReconciler {
           if (outcome === 'rolled-back-onto-changed-schema') {
             await enqueueNotification(tx, {
               type: 'self-update.schema-alarm', eventId: `self-update.schema-alarm:${p.requestId}`,
-              data: { ...data, alarm: CHANGED_SCHEMA, preUpdateMigration: p.preUpdateMigration, schemaMigration: input.now.migration },
+              data: {
+                ...data, alarm: CHANGED_SCHEMA, preUpdateMigration: p.preUpdateMigration, schemaMigration: input.now.migration,
+                backup: p.backup ?? null, restoreCommand: p.backup ? restoreCommand(p.backup) : null,
+              },
             });
           }
           // A build that rolled back or failed is never started by a policy again; `neither` after a
@@ -201,8 +204,9 @@ export class SelfUpdateOutcomeReconciler {
         alertChangedSchema: ({ context }) => {
           const p = context.pending!;
           logger.error(
-            { requestId: p.requestId, preUpdateMigration: p.preUpdateMigration, schemaMigration: context.now?.migration, reason: context.helper ? helperReason(context.helper, p.targetTag) : null },
-            `${CHANGED_SCHEMA}: the schema is at ${context.now?.migration ?? 'none'} but was at ${p.preUpdateMigration ?? 'none'} before the update; this build must tolerate the newer schema: verify it by hand`,
+            { requestId: p.requestId, preUpdateMigration: p.preUpdateMigration, schemaMigration: context.now?.migration, backup: p.backup ?? null, reason: context.helper ? helperReason(context.helper, p.targetTag) : null },
+            `${CHANGED_SCHEMA}: the schema is at ${context.now?.migration ?? 'none'} but was at ${p.preUpdateMigration ?? 'none'} before the update; this build must tolerate the newer schema: verify it by hand` +
+              (p.backup ? `, or restore the backup taken before the update, ${p.backup}: ${restoreCommand(p.backup)} (docs/self-update.md)` : ''),
           );
         },
       },

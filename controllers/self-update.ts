@@ -145,6 +145,15 @@ export class SelfUpdateReconciler {
       }),
       // PUBLISHED_COMPOSE_URL when set, else the file the target image (just pulled) ships.
       fetchPublishedCompose: fromPromise<string, { target: UpdateTarget; imageId: string }>(({ input }) => engine.publishedComposeOf(input.target.channel, input.imageId)),
+      // Before anything is changed; the backup's name goes on the row for the schema alarm.
+      backupDatabase: fromPromise<string, { running: RunningImage; target: UpdateTarget }>(async ({ input }) => {
+        const from = input.running.digest ?? input.running.imageId;
+        const b = await engine.backupDatabase(from, settings.backupsKeep ?? 5);
+        await updateSelfUpdate(db, id, { backupFile: b.file });
+        log.info({ backup: b.file, removed: b.removed }, `database backed up before the update: ${b.file}`);
+        if (b.pruneProblem) log.warn({ backup: b.file }, `older database backups could not be removed: ${b.pruneProblem}`);
+        return b.file;
+      }),
       pullTarget: fromPromise<string, { target: UpdateTarget }>(async ({ input }) => {
         const ref = `${this.repository}@${input.target.digest}`;
         log.info({ digest: input.target.digest }, `pulling ${ref}`);
@@ -277,6 +286,15 @@ export class SelfUpdateReconciler {
         // removed and the preflight undone like any other interrupted one.
         await this.d.engine.removeHelper().catch((err: Error) => log.error({ err }, `cannot remove the never-started ${HELPER_NAME}`));
         helper = null;
+      }
+      if (helper && !r.actionId) {
+        // A helper is spawned only after the audit row is on the request; a request without one but
+        // with its helper is this update as the database backup of its own preflight held it: the
+        // database was restored from that backup (docs/self-update.md). Nothing to undo or wait for.
+        const detail = `closed: the database was restored from the backup taken in this update's preflight; the update's outcome is in docker logs ${HELPER_NAME}`;
+        await updateSelfUpdate(this.d.db, r.requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested', 'preflight']);
+        log.warn(detail);
+        continue;
       }
       if (helper) {
         // The helper was started just before the restart: the update is in flight.

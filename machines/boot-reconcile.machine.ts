@@ -22,6 +22,8 @@ export interface PendingUpdate {
   previousDigest: string | null;
   previousImageId: string | null;
   preUpdateMigration: string | null;
+  /** The database backup preflight took (a file in the backups volume); null when none was recorded. */
+  backup?: string | null;
   helperId: string | null;
   /** ISO time after which the helper is no longer waited for. */
   helperDeadline: string | null;
@@ -55,6 +57,24 @@ export type ReconcileOutcome = 'completed' | 'rolled-back' | 'rolled-back-onto-c
 export type ReconcileStep = 'findPending' | 'waitForHelper' | 'inspectRunning' | 'recordOutcome';
 
 export const CHANGED_SCHEMA = 'ROLLED BACK ONTO A CHANGED SCHEMA';
+
+/**
+ * The documented restore of a backup (docs/self-update.md): the backend stopped, the database
+ * recreated from the dump inside installer-postgres, the backend started again on this build.
+ */
+export function restoreCommand(backup: string): string {
+  return (
+    `docker stop installer-backend && ` +
+    `docker exec installer-postgres pg_restore --clean --create --if-exists -U installer -d postgres /backups/${backup} && ` +
+    `docker start installer-backend`
+  );
+}
+
+/** The alarm's words: the spec's text, then the backup taken before the update and how to restore it. */
+export function changedSchemaDetail(backup: string | null | undefined): string {
+  if (!backup) return CHANGED_SCHEMA;
+  return `${CHANGED_SCHEMA}; the database was backed up before the update as ${backup}; to bring the old schema back: ${restoreCommand(backup)} (docs/self-update.md)`;
+}
 
 export interface ReconcileInput {
   /** Attempts before giving up on an engine or database that does not answer. */
@@ -140,7 +160,7 @@ const show = (ref: string | null, digest: string | null, imageId: string | null)
 /**
  * The outcome in words. The image named is the one that runs now (after a rollback that is the
  * rollback tag, not the reference the update started from); `channelTag` says what became of the
- * local channel tag. The changed-schema detail is exactly the spec's words.
+ * local channel tag. The changed-schema detail starts with the spec's words; the backup and its restore follow.
  */
 export function outcomeDetail(outcome: ReconcileOutcome, p: PendingUpdate, now: RunningNow, h: HelperOutcome, channelTag: string | null = null): string {
   const tagNote = channelTag ? `; ${channelTag}` : '';
@@ -150,7 +170,7 @@ export function outcomeDetail(outcome: ReconcileOutcome, p: PendingUpdate, now: 
     case 'rolled-back':
       return `rolled back: ${helperReason(h, p.targetTag)}; still on the previous image ${show(now.reference, now.digest ?? p.previousDigest, now.imageId)}${tagNote}`;
     case 'rolled-back-onto-changed-schema':
-      return CHANGED_SCHEMA;
+      return changedSchemaDetail(p.backup);
     case 'neither':
       return `restarted on ${show(now.reference, now.digest, now.imageId)}, which is neither the target ${p.targetDigest} nor the previous ${p.previousDigest ?? p.previousImageId ?? 'image'}; ${helperReason(h, p.targetTag)}${tagNote}`;
   }

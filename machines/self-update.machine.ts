@@ -1,11 +1,12 @@
 // One self-update request inside the running backend: resolve the channel's target digest, stop if
-// already newest, run the preflight, record the audit action, clear a leftover helper and spawn it.
+// already newest, run the preflight (with a database backup before anything is changed), record the
+// audit action, clear a leftover helper and spawn it.
 // A failure before the helper runs undoes what preflight changed: then nothing has changed. Every
 // step is bounded by the hung guard, so a stalled engine or registry cannot hold an update in flight.
 import { assign, fromPromise, setup } from 'xstate';
 import { hungMessage } from './job.machine.ts';
 
-export const SELF_UPDATE_CHART_VERSION = '2';
+export const SELF_UPDATE_CHART_VERSION = '3';
 
 /** The image this backend runs, as the engine reports it. */
 export interface RunningImage {
@@ -53,6 +54,8 @@ export interface SelfUpdateContext {
   actionId: string | null;
   preUpdateMigration: string | null;
   helperId: string | null;
+  /** The database backup taken before anything was changed (a file name in the backups volume). */
+  backup: string | null;
   /** The step that failed, and why. */
   failedStep: string | null;
   detail: string | null;
@@ -103,6 +106,9 @@ export const selfUpdateMachine = setup({
     resolveTarget: never<ResolvedTarget>(),
     checkPreconditions: never<void, { running: RunningImage | null }>(),
     fetchPublishedCompose: never<string, { target: UpdateTarget; imageId: string }>(),
+    // Dumps the installer's database into the backups volume and keeps the last N; answers the
+    // backup's name. It changes nothing an abort would have to put back.
+    backupDatabase: never<string, { running: RunningImage; target: UpdateTarget }>(),
     pullTarget: never<string, { target: UpdateTarget }>(),
     tagRollback: never<{ before: string | null }, { running: RunningImage }>(),
     stageComposeFile: never<{ before: string | null }, { content: string }>(),
@@ -131,6 +137,7 @@ export const selfUpdateMachine = setup({
     actionId: null,
     preUpdateMigration: null,
     helperId: null,
+    backup: null,
     failedStep: null,
     detail: null,
     abortCode: null,
@@ -187,8 +194,20 @@ export const selfUpdateMachine = setup({
         id: 'fetchPublishedCompose',
         src: 'fetchPublishedCompose',
         input: ({ context }) => ({ target: context.target!, imageId: context.targetImageId! }),
-        onDone: { target: 'taggingRollback', actions: assign({ composeFile: ({ event }) => event.output }) },
+        onDone: { target: 'backingUp', actions: assign({ composeFile: ({ event }) => event.output }) },
         onError: { target: 'aborted', actions: assign({ failedStep: 'fetchingCompose', detail: ({ event }) => errorText(event.error), abortCode: 'preflight' }) },
+      },
+    },
+    // The database backup, before anything is changed: a failed dump aborts with nothing to undo
+    // (docs/adr/0032-backup-before-the-switch.md).
+    backingUp: {
+      after: { hungTimeout: { target: 'aborted', actions: assign({ failedStep: 'backingUp', detail: ({ context }) => hungMessage(context.hungMinutes), abortCode: 'preflight' }) } },
+      invoke: {
+        id: 'backupDatabase',
+        src: 'backupDatabase',
+        input: ({ context }) => ({ running: context.running!, target: context.target! }),
+        onDone: { target: 'taggingRollback', actions: assign({ backup: ({ event }) => event.output }) },
+        onError: { target: 'aborted', actions: assign({ failedStep: 'backingUp', detail: ({ event }) => `the database backup failed: ${errorText(event.error)}`, abortCode: 'preflight' }) },
       },
     },
     // From here on every step records what it replaced; a failure goes through `undoing`.

@@ -68,6 +68,10 @@ export const settingsSchema = z.object({
   INSTALLER_CONTAINER_NAME: z.string().min(1).default('installer-backend'),
   SELF_UPDATE_PREFLIGHT_TIMEOUT_SECONDS: positiveInt.max(3600, 'must be at most 3600').default(300),
   SELF_UPDATE_WAIT_TIMEOUT_SECONDS: positiveInt.max(3600, 'must be at most 3600').optional(),
+  /** Database backups a self-update's preflight keeps (docs/adr/0032-backup-before-the-switch.md). */
+  SELF_UPDATE_BACKUPS_KEEP: positiveInt.max(100, 'must be at most 100').default(5),
+  /** Where the backend writes the backups of the embedded database (the backups volume's mount in the backend). */
+  SELF_UPDATE_BACKUPS_DIR: absolutePath.default('/var/lib/installer/backups'),
   /** Observed state (docs/adr/0023-observed-state.md): the oldest platform, installer and engine observation a read accepts before it asks for a refresh. */
   OBSERVED_MAX_AGE_SECONDS: z.coerce.number().int().min(0).max(3600).default(30),
   /** The oldest observation of the channel (remote digest, compose drift) the self-update check accepts. */

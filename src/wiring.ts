@@ -19,6 +19,7 @@ import { Controllers } from '../controllers/index.ts';
 import type { Observer } from '../controllers/observer.ts';
 import { resolveChannel } from './config.ts';
 import { DockerSelfUpdateEngine, type SelfUpdateEngine } from './adapters/self-update.ts';
+import { EmbeddedBackup, PostgresContainerBackup, type DatabaseBackup } from './adapters/database-backup.ts';
 import { machineCharts } from './state/machine-instances.ts';
 import { flattenChart, SPECS } from '../machines/catalog.ts';
 import { userDirectory, type AppDeps } from './api/app.ts';
@@ -83,8 +84,9 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     dockerSocket: settings.DOCKER_SOCKET,
     publishedComposeUrl: settings.PUBLISHED_COMPOSE_URL,
     waitTimeoutSeconds: settings.SELF_UPDATE_WAIT_TIMEOUT_SECONDS,
+    backupsKeep: settings.SELF_UPDATE_BACKUPS_KEEP,
   };
-  const selfUpdateEngine = opts.selfUpdateEngine ?? new DockerSelfUpdateEngine(docker, selfUpdateSettings, runtime);
+  const selfUpdateEngine = opts.selfUpdateEngine ?? new DockerSelfUpdateEngine(docker, selfUpdateSettings, runtime, databaseBackupOf(database, docker, settings));
   const platform: PlatformPort = {
     project: settings.PLATFORM_PROJECT,
     services: () => platformFiles.services(),
@@ -198,4 +200,19 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       unfollow = undefined;
     },
   };
+}
+
+/**
+ * The backup a self-update takes in preflight: pg_dump in the installer's Postgres container (as the
+ * user and database of DATABASE_URL, over its local socket), or a copy of the embedded database.
+ */
+function databaseBackupOf(database: Database, docker: ReturnType<typeof connectEngine>, settings: Settings): DatabaseBackup | null {
+  if (database.kind === 'pglite') return database.dumpDataDir ? new EmbeddedBackup(database.dumpDataDir, settings.SELF_UPDATE_BACKUPS_DIR) : null;
+  if (!settings.DATABASE_URL) return null;
+  const url = new URL(settings.DATABASE_URL);
+  return new PostgresContainerBackup(docker, {
+    project: settings.INSTALLER_PROJECT,
+    user: decodeURIComponent(url.username) || 'postgres',
+    database: decodeURIComponent(url.pathname.replace(/^\//, '')) || decodeURIComponent(url.username) || 'postgres',
+  });
 }

@@ -12,6 +12,7 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
 import type { RuntimePort, SelfUpdatePort } from '../contracts/ports.ts';
+import type { BackupResult, DatabaseBackup } from './database-backup.ts';
 
 export const HELPER_NAME = 'installer-self-updater';
 export const HELPER_SCRIPT = '/usr/src/app/scripts/self-update.sh';
@@ -55,6 +56,8 @@ export interface SelfUpdateSettings {
   publishedComposeUrl?: string | undefined;
   /** Test-only override of the helper's 300 s wait (SELF_UPDATE_WAIT_TIMEOUT in the helper). */
   waitTimeoutSeconds?: number | undefined;
+  /** How many database backups preflight keeps (SELF_UPDATE_BACKUPS_KEEP, default 5). */
+  backupsKeep?: number | undefined;
 }
 
 /** `<staging-root>/self-update/docker-compose.yml`: `/var/tmp/installer/self-update/docker-compose.yml` by default. */
@@ -201,6 +204,8 @@ export interface SelfUpdateEngine extends SelfUpdatePort {
   publishedComposeOf(channel: string, imageId: string): Promise<string>;
   /** The compose project and service labels of the backend's own container; null outside a container. */
   ownCompose(): Promise<{ project: string | null; service: string | null } | null>;
+  /** Dumps the installer's database into the backups volume and keeps the last `keep` (docs/adr/0032-backup-before-the-switch.md). */
+  backupDatabase(fromDigest: string | null, keep: number): Promise<BackupResult>;
   /** Pulls `<repository>@<digest>` and returns the local image id. */
   pullByDigest(repository: string, digest: string): Promise<string>;
   /** The local image id a reference names, or null when there is none. */
@@ -237,7 +242,13 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
     private readonly docker: Docker,
     private readonly s: SelfUpdateSettings,
     private readonly runtime: RuntimePort,
+    private readonly databaseBackup: DatabaseBackup | null = null,
   ) {}
+
+  async backupDatabase(fromDigest: string | null, keep: number): Promise<BackupResult> {
+    if (!this.databaseBackup) throw new Error('no database backup is set up for this installer');
+    return this.databaseBackup.backup(fromDigest, keep);
+  }
 
   /** Files read out of images, by image id and path; the oldest goes first once the cache is full. */
   private readonly imageFiles = new Map<string, string>();

@@ -13,6 +13,8 @@ export interface Database {
   kind: 'postgres' | 'pglite';
   /** Subscribes to a NOTIFY channel; returns an unsubscribe function. */
   listen(channel: string, onNotify: Notify): Promise<() => Promise<void>>;
+  /** The embedded database only: a gzipped tar of its data directory, taken in the process (a backup). */
+  dumpDataDir?: () => Promise<Uint8Array>;
   close(): Promise<void>;
 }
 
@@ -223,6 +225,9 @@ async function openPglite(dataDir: string): Promise<Database> {
       async listen(channel, onNotify) {
         const unlisten = await client.listen(channel, onNotify);
         return async () => unlisten();
+      },
+      async dumpDataDir() {
+        return new Uint8Array(await (await client.dumpDataDir('gzip')).arrayBuffer());
       },
       async close() {
         await db.destroy();

@@ -140,6 +140,8 @@ export interface SelfUpdateStatusTable {
   previous_digest: string | null;
   previous_image_id: string | null;
   pre_update_migration: string | null;
+  /** The database backup preflight took (migration 0012). */
+  backup_file: string | null;
   action_id: string | null;
   helper_container_id: string | null;
   helper_deadline: Date | null;

@@ -10,7 +10,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { TEST_SECRETS } from '../helpers/api/app.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { currentMigration } from '../../src/db/migrate.ts';
-import { getSelfUpdate, listSelfUpdates } from '../../src/state/self-update.ts';
+import { getSelfUpdate, listSelfUpdates, pendingReconciliation as pendingReconciliationOf } from '../../src/state/self-update.ts';
 import { Sealer } from '../../src/state/platform-config.ts';
 import { listQuarantine } from '../../src/state/update-policy.ts';
 
@@ -111,6 +111,11 @@ describe('POST /api/system/self-update', () => {
     expect(e.staged).toBe(e.published);
     expect(e.calls.indexOf('pullByDigest')).toBeLessThan(e.calls.indexOf('tag:rollback'));
     expect(e.calls.indexOf('removeHelper')).toBeLessThan(e.calls.indexOf('spawnHelper'));
+    // The database backup, before anything is changed, named after the build it was taken from.
+    expect(e.calls.indexOf('publishedComposeFile')).toBeLessThan(e.calls.indexOf('backupDatabase'));
+    expect(e.calls.indexOf('backupDatabase')).toBeLessThan(e.calls.indexOf('tag:rollback'));
+    expect(e.backups).toEqual([{ file: expect.stringMatching(/^installer-\d{8}T\d{9}Z-sha256-old\.dump$/), fromDigest: 'sha256:old', keep: 5 }]);
+    expect((await listSelfUpdates(t.db.database.db))[0]!.backupFile).toBe(e.backups[0]!.file);
     expect(e.helpers).toHaveLength(1);
     expect(e.helpers[0]!.spec).toEqual({
       name: 'installer-self-updater',
@@ -182,7 +187,7 @@ describe('POST /api/system/self-update', () => {
     expect(res.json().message).toContain('latest-latest');
   });
 
-  for (const failing of ['ownCompose', 'publishedComposeFile', 'pullByDigest', 'tag:rollback', 'writeStaged', 'tag:dev-latest', 'removeHelper', 'spawnHelper']) {
+  for (const failing of ['ownCompose', 'publishedComposeFile', 'pullByDigest', 'backupDatabase', 'tag:rollback', 'writeStaged', 'tag:dev-latest', 'removeHelper', 'spawnHelper']) {
     it(`a preflight failure at ${failing} aborts with 503 and nothing changed`, async () => {
       const engine = new FakeEngine();
       engine.failing.add(failing);
@@ -197,6 +202,26 @@ describe('POST /api/system/self-update', () => {
       expect((await check(t)).lastUpdate.status).toBeNull();
     });
   }
+
+  it('a failed database backup aborts with 503 naming the backup, before the rollback tag or the staged file are touched', async () => {
+    const engine = new FakeEngine();
+    engine.failing.add('backupDatabase');
+    t = await startSelfUpdateApp({ engine, env: { SELF_UPDATE_BACKUPS_KEEP: '3' } });
+    const before = engine.state();
+    const res = await post(t);
+    expect(res.statusCode, res.body).toBe(503);
+    expect(res.json().message).toBe('self-update aborted in preflight: backingUp: the database backup failed: backupDatabase failed (injected); nothing was changed');
+    expect(engine.state()).toEqual(before);
+    expect(engine.calls).not.toContain('tag:rollback');
+    expect(engine.calls).not.toContain('writeStaged');
+    expect(await audit(t)).toHaveLength(0);
+    const [r] = await listSelfUpdates(t.db.database.db);
+    expect(r).toMatchObject({ phase: 'aborted', abortCode: 'preflight', backupFile: null });
+    // Not in flight any more; the next one backs up (keeping SELF_UPDATE_BACKUPS_KEEP) and starts.
+    engine.failing.delete('backupDatabase');
+    expect((await post(t)).statusCode).toBe(200);
+    expect(engine.backups).toMatchObject([{ fromDigest: 'sha256:old', keep: 3 }]);
+  });
 
   it('aborts when the backend is not the compose project the helper would switch', async () => {
     const engine = new FakeEngine();
@@ -379,15 +404,23 @@ describe('reconciling the outcome', () => {
     const t = await boot(engine, 'sha256:old', 'img-old', `${REPO}:rollback`);
     engine.helpers[0]!.finish(rolledBackExit);
     const last = await eventually(async () => ((await check(t)).lastUpdate.status !== 'started' ? (await check(t)).lastUpdate : null), 'an outcome');
-    expect(last).toMatchObject({ status: 'rolled-back', detail: 'ROLLED BACK ONTO A CHANGED SCHEMA' });
+    // The spec's words, then the backup preflight took and the documented restore command.
+    const backup = engine.backups[0]!.file;
+    const restore = `docker stop installer-backend && docker exec installer-postgres pg_restore --clean --create --if-exists -U installer -d postgres /backups/${backup} && docker start installer-backend`;
+    const detail = `ROLLED BACK ONTO A CHANGED SCHEMA; the database was backed up before the update as ${backup}; to bring the old schema back: ${restore} (docs/self-update.md)`;
+    expect(last).toMatchObject({ status: 'rolled-back', detail });
     const errorLines = t.logs.filter((l) => l.includes('"level":"error"'));
     expect(errorLines).toHaveLength(1);
     expect(errorLines[0]).toContain('ROLLED BACK ONTO A CHANGED SCHEMA');
+    expect(errorLines[0]).toContain(`"backup":"${backup}"`);
+    expect(errorLines[0]).toContain(restore);
     expect(errorLines[0]).toContain('0099_marker');
     expect(errorLines[0]).toContain(`"preUpdateMigration":"${LATEST_MIGRATION}"`);
     expect(await notified(requestId)).toEqual({
-      'self-update.rolled-back': expect.objectContaining({ outcome: 'rolled-back', detail: 'ROLLED BACK ONTO A CHANGED SCHEMA' }),
-      'self-update.schema-alarm': expect.objectContaining({ alarm: 'ROLLED BACK ONTO A CHANGED SCHEMA', preUpdateMigration: LATEST_MIGRATION, schemaMigration: '0099_marker' }),
+      'self-update.rolled-back': expect.objectContaining({ outcome: 'rolled-back', detail }),
+      'self-update.schema-alarm': expect.objectContaining({
+        alarm: 'ROLLED BACK ONTO A CHANGED SCHEMA', preUpdateMigration: LATEST_MIGRATION, schemaMigration: '0099_marker', detail, backup, restoreCommand: restore,
+      }),
     });
   });
 
@@ -447,5 +480,32 @@ describe('reconciling the outcome', () => {
     const r = await getSelfUpdate(ddb, id);
     expect(r).toMatchObject({ phase: 'aborted', detail: 'interrupted: the backend restarted during preflight; nothing was changed' });
     expect(engine.state()).toEqual(before);
+  });
+
+  it('a request in preflight without an audit row whose helper exists: the database was restored from its backup; closed, nothing undone', async () => {
+    const engine = new FakeEngine();
+    first = await startSelfUpdateApp({ db, engine, controllers: false });
+    const ddb = db.database.db;
+    const id = '00000000-0000-4000-8000-0000000000bb';
+    await ddb.insertInto('self_update_requests').values({ request_id: id, actor: 'amy' }).execute();
+    // The row as the backup taken in `backingUp` held it; the update went on to its helper since.
+    const snapshot = { value: 'backingUp', context: { changes: {}, target: { channel: 'dev', tag: 'dev-latest', digest: 'sha256:new' }, actionId: null } };
+    await ddb.insertInto('self_update_status').values({ request_id: id, phase: 'preflight', conditions: '[]', snapshot: JSON.stringify(snapshot) }).execute();
+    engine.addExitedHelper('helper-restored', rolledBackExit, id);
+    engine.tags.set(`${REPO}:rollback`, 'img-old');
+    await first.close({ drop: false });
+    first = undefined;
+    const before = engine.state();
+    second = await startSelfUpdateApp({ db, engine });
+    const r = await getSelfUpdate(ddb, id);
+    expect(r).toMatchObject({
+      phase: 'aborted', abortCode: 'preflight',
+      detail: "closed: the database was restored from the backup taken in this update's preflight; the update's outcome is in docker logs installer-self-updater",
+    });
+    expect(r!.finishedAt).not.toBeNull();
+    // Nothing was undone and nothing waits for the helper: no outcome, no second alarm.
+    expect(engine.state()).toEqual(before);
+    expect(await pendingReconciliationOf(ddb)).toBeUndefined();
+    expect(second.logs.join('')).not.toContain('"level":"error"');
   });
 });

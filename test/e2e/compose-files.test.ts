@@ -39,6 +39,16 @@ describe('deploy/docker-compose*.yml', () => {
       expect(s.backend.environment.SELF_UPDATE_ROLLBACK_TAG).toBe('rollback');
       const otherTag = JSON.parse((await config(file, { DATABASE_PASSWORD: 'pw', SELF_UPDATE_ROLLBACK_TAG: 'previous' })).stdout).services;
       expect(otherTag.backend.environment.SELF_UPDATE_ROLLBACK_TAG).toBe('previous');
+      // The backups volume: where pg_dump writes in postgres, read-only in the backend; how many are kept.
+      const mount = (svc: { volumes: { source?: string; target: string; read_only?: boolean }[] }) => svc.volumes.find((v) => v.source === 'installer-backups');
+      expect(mount(s.postgres)).toMatchObject({ target: '/backups' });
+      expect(mount(s.postgres)!.read_only).toBeFalsy();
+      expect(mount(s.backend)).toMatchObject({ target: '/var/lib/installer/backups', read_only: true });
+      expect(mount(s['backend-init'])).toBeUndefined();
+      expect(Object.keys(c.volumes)).toContain('installer-backups');
+      expect(s.backend.environment.SELF_UPDATE_BACKUPS_KEEP).toBe('5');
+      const keep = JSON.parse((await config(file, { DATABASE_PASSWORD: 'pw', SELF_UPDATE_BACKUPS_KEEP: '9' })).stdout).services;
+      expect(keep.backend.environment.SELF_UPDATE_BACKUPS_KEEP).toBe('9');
     });
   }
 

@@ -213,6 +213,13 @@ describe('kill -9 of the installer container in every state of the self-update c
     await expectAborted(requestId, before);
   });
 
+  crashPoint('backingUp', 'the database backup (an exec in installer-postgres)', async () => {
+    const { requestId, before } = await driveTo('backingUp', () => holdGate('POST', /\/containers\/[^/]+\/exec$/));
+    await gateHolds[0]!.hit();
+    await crashAndRestart();
+    await expectAborted(requestId, before);
+  });
+
   crashPoint('taggingRollback', 'tagging the running image rollback', async () => {
     const { requestId, before } = await driveTo('taggingRollback', () => holdGate('POST', /\/images\/.+\/tag\?.*tag=rollback/));
     await gateHolds[0]!.hit();

@@ -231,6 +231,18 @@ describe('outcome rules and details', () => {
     expect(phaseOfOutcome('neither')).toBe('neither');
   });
 
+  it('rolled back onto a changed schema: the spec\'s words, then the backup taken before the update and its restore', () => {
+    const onChanged = { ...onPrevious, migration: '0099_marker' };
+    expect(outcomeDetail('rolled-back-onto-changed-schema', pending, onChanged, helperRolledBack)).toBe(CHANGED_SCHEMA);
+    const backup = 'installer-20261125T001500000Z-sha256-000000000old.dump';
+    const d = outcomeDetail('rolled-back-onto-changed-schema', { ...pending, backup }, onChanged, helperRolledBack);
+    expect(d.startsWith(`${CHANGED_SCHEMA}; `)).toBe(true);
+    expect(d).toBe(
+      `${CHANGED_SCHEMA}; the database was backed up before the update as ${backup}; to bring the old schema back: ` +
+        `docker stop installer-backend && docker exec installer-postgres pg_restore --clean --create --if-exists -U installer -d postgres /backups/${backup} && docker start installer-backend (docs/self-update.md)`,
+    );
+  });
+
   it('undecided: names the step that could not be read', () => {
     expect(undecidedDetail(pending, 'inspectRunning', 10, 'socket hang up')).toMatch(/^could not decide how the update to dev-latest \(sha256:new\) ended: the image this backend runs .* \(10 attempts, last error: socket hang up\)/);
     expect(undecidedDetail(pending, 'findPending', 1, null)).toContain('could not be read from the database (1 attempt, last error: unknown)');

@@ -16,6 +16,7 @@ const ROUTE: [state: string, invoke: string, output: unknown, onHung: 'unresolve
   ['checking', 'checkPreconditions', undefined, 'aborted'],
   ['pulling', 'pullTarget', 'img-new', 'aborted'],
   ['fetchingCompose', 'fetchPublishedCompose', 'services: {}\n', 'aborted'],
+  ['backingUp', 'backupDatabase', 'installer-20261125T001500000Z-sha256-old.dump', 'aborted'],
   ['taggingRollback', 'tagRollback', { before: null }, 'undoing'],
   ['staging', 'stageComposeFile', { before: null }, 'undoing'],
   ['taggingNew', 'tagNew', { before: null }, 'undoing'],
@@ -54,7 +55,7 @@ describe('self-update chart: the hung guard', () => {
   it('undoing: a stalled undo is abandoned too and reported as an undo that failed', () => {
     const stopped: string[] = [];
     const { clock, actor } = start(stopped);
-    for (const [, id, output] of ROUTE.slice(0, 5)) actor.send(done(id, output));
+    for (const [, id, output] of ROUTE.slice(0, ROUTE.findIndex(([state]) => state === 'staging'))) actor.send(done(id, output));
     stopped.length = 0;
     clock.increment(15 * 60_000);
     expect(actor.getSnapshot().value).toBe('undoing');

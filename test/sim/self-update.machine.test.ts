@@ -23,7 +23,8 @@ const conflictError = Object.assign(new Error('1 deployment job is queued or run
 const STEPS: [state: string, invoke: string, next: string, onFail: 'aborted' | 'undoing', output: unknown][] = [
   ['checking', 'checkPreconditions', 'pulling', 'aborted', undefined],
   ['pulling', 'pullTarget', 'fetchingCompose', 'aborted', 'img-new'],
-  ['fetchingCompose', 'fetchPublishedCompose', 'taggingRollback', 'aborted', 'services:\n  backend: {}\n'],
+  ['fetchingCompose', 'fetchPublishedCompose', 'backingUp', 'aborted', 'services:\n  backend: {}\n'],
+  ['backingUp', 'backupDatabase', 'taggingRollback', 'aborted', 'installer-20261125T001500000Z-sha256-000000000old.dump'],
   ['taggingRollback', 'tagRollback', 'staging', 'undoing', { before: 'img-older' }],
   ['staging', 'stageComposeFile', 'taggingNew', 'undoing', { before: null }],
   ['taggingNew', 'tagNew', 'recording', 'undoing', { before: 'img-stale' }],
@@ -51,6 +52,7 @@ interface Expected {
   abortCode: 'conflict' | 'preflight' | null;
   changes: string[];
   undoFailed: string | null;
+  backup: string | null;
 }
 
 /** What the chart must conclude from a sequence of events. */
@@ -60,6 +62,7 @@ function model(events: readonly EventObject[]): Expected {
   let abortCode: Expected['abortCode'] = null;
   let changes: string[] = [];
   let undoFailed: string | null = null;
+  let backup: string | null = null;
   const changeOf: Record<string, string> = { tagRollback: 'rollbackTag', stageComposeFile: 'stagedFile', tagNew: 'newTag' };
   for (const e of events) {
     if (['unresolved', 'newest', 'aborted', 'helperRunning'].includes(state)) break;
@@ -94,6 +97,7 @@ function model(events: readonly EventObject[]): Expected {
     if (!step) continue;
     if (kind === 'done') {
       if (changeOf[id]) changes.push(changeOf[id]);
+      if (id === 'backupDatabase') backup = (e as unknown as { output: string }).output;
       state = step[2];
     } else {
       failedStep = state;
@@ -101,7 +105,7 @@ function model(events: readonly EventObject[]): Expected {
       if (state === 'aborted') abortCode = (e as unknown as { error: unknown }).error === conflictError ? 'conflict' : 'preflight';
     }
   }
-  return { state, failedStep, abortCode, changes, undoFailed };
+  return { state, failedStep, abortCode, changes, undoFailed, backup };
 }
 
 const quiet = () => fromPromise(() => new Promise<never>(() => {}));
@@ -141,6 +145,7 @@ describe('self-update chart', () => {
       expect(snap.context.abortCode, label).toBe(want.abortCode);
       expect(Object.keys(snap.context.changes).sort(), label).toEqual([...want.changes].sort());
       expect(snap.context.undoFailed, label).toBe(want.undoFailed);
+      expect(snap.context.backup, label).toBe(want.backup);
       if (want.state === 'helperRunning') {
         expect(snap.context.helperId).toBe('helper-container-id');
         expect(snap.context.actionId).toBe('7');
@@ -177,6 +182,8 @@ class World {
   staged: string | null = 'services:\n  previous: {}\n';
   audit: { id: string; status: string; detail: string | null }[] = [];
   helpers: string[] = [];
+  /** The database backups in the backups volume (not part of what an abort puts back). */
+  backups: string[] = [];
   snapshot() {
     return { tags: new Map(this.tags), staged: this.staged, helpers: [...this.helpers] };
   }
@@ -196,6 +203,15 @@ function realActors(world: World, failAt: string | null, undoBreaks = false) {
       step('fetchPublishedCompose', () => {
         if (input.imageId !== 'img-new' || input.target.channel !== 'dev') throw new Error(`read from ${input.imageId} for ${input.target.channel}: not the pulled target`);
         return 'services:\n  backend: {}\n';
+      }),
+    ),
+    backupDatabase: fromPromise<string, { running: RunningImage; target: UpdateTarget }>(({ input }) =>
+      step('backupDatabase', () => {
+        // Nothing is changed yet: the rollback tag still names what it named before.
+        if (world.tags.get('reg/installer:rollback') !== 'img-older' || world.staged !== 'services:\n  previous: {}\n') throw new Error('backed up after a change');
+        const file = `installer-20261125T001500000Z-${input.running.digest!.replace(':', '-')}.dump`;
+        world.backups.push(file);
+        return file;
       }),
     ),
     tagRollback: fromPromise<{ before: string | null }, { running: RunningImage }>(({ input }) =>
@@ -261,9 +277,36 @@ describe('self-update preflight over an in-memory engine', () => {
     expect(world.staged).toBe('services:\n  backend: {}\n');
     expect(world.helpers).toEqual(['installer-self-updater']);
     expect(world.audit).toEqual([{ id: '1', status: 'started', detail: null }]);
+    expect(world.backups).toEqual(['installer-20261125T001500000Z-sha256-old.dump']);
+    expect(snap.context.backup).toBe('installer-20261125T001500000Z-sha256-old.dump');
   });
 
-  for (const failAt of ['checkPreconditions', 'pullTarget', 'fetchPublishedCompose', 'tagRollback', 'stageComposeFile', 'tagNew', 'recordAction', 'removeLeftoverHelper', 'spawnHelper']) {
+  it('a failed dump aborts before anything is changed, naming the backup as the cause', async () => {
+    const { world, before, snap } = await run('backupDatabase');
+    expect(snap.value).toBe('aborted');
+    expect(snap.context.changes).toEqual({});
+    expect(world.snapshot()).toEqual(before);
+    expect(world.audit).toEqual([]);
+    expect(world.backups).toEqual([]);
+    expect(abortDetail(snap.context)).toBe('backingUp: the database backup failed: backupDatabase failed; nothing was changed');
+  });
+
+  it('a dump that hangs aborts on the hung guard with nothing changed', () => {
+    const actor = createActor(simulated(), { input: INPUT }).start();
+    actor.send(done('resolveTarget', { running, target: newer }));
+    for (const [state, id, , , output] of STEPS) {
+      if (state === 'backingUp') break;
+      actor.send(done(id, output));
+    }
+    expect(actor.getSnapshot().value).toBe('backingUp');
+    actor.send({ type: 'xstate.after.hungTimeout.selfUpdate.backingUp' } as EventObject);
+    const snap = actor.getSnapshot();
+    expect(snap.value).toBe('aborted');
+    expect(snap.context.changes).toEqual({});
+    expect(abortDetail(snap.context)).toBe(`backingUp: ${HUNG}; nothing was changed`);
+  });
+
+  for (const failAt of ['checkPreconditions', 'pullTarget', 'fetchPublishedCompose', 'backupDatabase', 'tagRollback', 'stageComposeFile', 'tagNew', 'recordAction', 'removeLeftoverHelper', 'spawnHelper']) {
     it(`a failure at ${failAt} aborts with the rollback tag and the staged file as they were`, async () => {
       const { world, before, snap } = await run(failAt);
       expect(snap.value).toBe('aborted');

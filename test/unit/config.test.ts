@@ -37,6 +37,14 @@ describe('settings', () => {
     expect(fail({ WEBHOOK_GIVE_UP_MINUTES: '0' })).toMatchObject({ variable: 'WEBHOOK_GIVE_UP_MINUTES', message: expect.stringContaining('more than 0') });
   });
 
+  it('database backups of a self-update: keeps 5 by default, a whole number from 1 to 100', () => {
+    expect(loadSettings({}, files({}))).toMatchObject({ SELF_UPDATE_BACKUPS_KEEP: 5, SELF_UPDATE_BACKUPS_DIR: '/var/lib/installer/backups' });
+    expect(loadSettings({ SELF_UPDATE_BACKUPS_KEEP: '12' }, files({})).SELF_UPDATE_BACKUPS_KEEP).toBe(12);
+    for (const bad of ['0', '-1', '2.5', 'all', '101']) expect(fail({ SELF_UPDATE_BACKUPS_KEEP: bad }).variable).toBe('SELF_UPDATE_BACKUPS_KEEP');
+    expect(fail({ SELF_UPDATE_BACKUPS_KEEP: '101' }).message).toContain('at most 100');
+    expect(fail({ SELF_UPDATE_BACKUPS_DIR: 'backups' }).variable).toBe('SELF_UPDATE_BACKUPS_DIR');
+  });
+
   it('names the variable and the rule, never the value', () => {
     const e = fail({ JWT_SECRET: 'short-secret-value' });
     expect(e.variable).toBe('JWT_SECRET');

@@ -9,6 +9,7 @@ import type { ControllerGroup } from '../../../controllers/index.ts';
 import type { Settings } from '../../../src/config.ts';
 import type { RuntimePort, VersionInfo } from '../../../src/contracts/ports.ts';
 import type { HelperExit, HelperSpec, SelfUpdateEngine } from '../../../src/adapters/self-update.ts';
+import type { BackupResult } from '../../../src/adapters/database-backup.ts';
 import type { TestDatabase } from '../shared/db.ts';
 import { startTestApp } from './app.ts';
 import type { Role } from '../../../src/db/schema.ts';
@@ -110,6 +111,14 @@ export class FakeEngine implements SelfUpdateEngine {
   async ownCompose() {
     this.check('ownCompose');
     return this.own;
+  }
+  /** Database backups taken, by name, and the `keep` each was asked for. */
+  backups: { file: string; fromDigest: string | null; keep: number }[] = [];
+  async backupDatabase(fromDigest: string | null, keep: number): Promise<BackupResult> {
+    this.check('backupDatabase');
+    const file = `installer-20260101T000000${String(this.backups.length).padStart(3, '0')}Z-${(fromDigest ?? 'unknown').replace(':', '-')}.dump`;
+    this.backups.push({ file, fromDigest, keep });
+    return { file, removed: [], pruneProblem: null };
   }
   async pullByDigest(_repository: string, digest: string): Promise<string> {
     this.check('pullByDigest');

@@ -1,0 +1,202 @@
+// The database backup a self-update takes in preflight, before anything is changed
+// (docs/adr/0032-backup-before-the-switch.md). With Postgres, `pg_dump -Fc` runs inside the
+// installer's own Postgres container (compose service `postgres` of INSTALLER_PROJECT) over its
+// local socket, so no password is on any command line or in any environment, and writes into the
+// backups volume mounted there at /backups. With the embedded database the backend writes a copy of
+// its data directory into the same volume, mounted in the backend. Either way the last N are kept.
+import type Docker from 'dockerode';
+import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+
+/** The named volume backups go to (deploy/docker-compose.yml). */
+export const BACKUPS_VOLUME = 'installer-backups';
+/** Where the backups volume is mounted in the installer's Postgres container. */
+export const POSTGRES_BACKUPS_DIR = '/backups';
+/** The compose service of the installer's Postgres. */
+export const POSTGRES_SERVICE = 'postgres';
+/** The operating-system user of the Postgres image that runs pg_dump and owns the backups. */
+export const DUMP_USER = 'postgres';
+/** How long one dump may take before it is given up (the chart's hung guard is longer). */
+export const BACKUP_TIMEOUT_MS = 10 * 60_000;
+
+/** `installer-<UTC time to the millisecond>-<from digest, sha256- and the first 12 hex digits>.<ext>`. */
+const NAME = /^installer-\d{8}T\d{9}Z-[a-z0-9-]+\.(dump|tar\.gz)$/;
+
+export interface BackupResult {
+  /** The backup's file name in the backups volume. */
+  file: string;
+  /** Older backups removed to keep the last N. */
+  removed: string[];
+  /** Why removing older backups failed (the backup itself is good); null when it did not. */
+  pruneProblem: string | null;
+}
+
+export interface DatabaseBackup {
+  /** Where the backups are, as the restore command names them (`/backups` inside installer-postgres). */
+  readonly location: string;
+  /** Dumps the database into a new file named after the time and `fromDigest`, then keeps the last `keep`. */
+  backup(fromDigest: string | null, keep: number): Promise<BackupResult>;
+}
+
+/** The backup's file name: sortable by time, naming the build it was taken from. */
+export function backupFileName(at: Date, fromDigest: string | null, ext: 'dump' | 'tar.gz'): string {
+  const time = at.toISOString().replace(/[-:]/g, '').replace('.', '');
+  const from = fromDigest ? fromDigest.replace(/^([a-z0-9]+):([0-9a-f]{12}).*$/, '$1-$2') : 'unknown';
+  return `installer-${time}-${/^[a-z0-9-]+$/.test(from) ? from : 'unknown'}.${ext}`;
+}
+
+/**
+ * The backups (by name) that go so that the newest `keep` stay, and the unfinished copies a backup
+ * interrupted by a restart left (`.partial`: only one update, so one backup, runs at a time, and
+ * this runs after it finished). Other files are never touched.
+ */
+export function backupsToRemove(names: readonly string[], keep: number): string[] {
+  const ours = names.filter((n) => NAME.test(n)).sort();
+  const unfinished = names.filter((n) => n.endsWith('.partial') && NAME.test(n.slice(0, -'.partial'.length))).sort();
+  return [...ours.slice(0, Math.max(0, ours.length - keep)), ...unfinished];
+}
+
+const engineMessage = (err: unknown): string => {
+  const e = err as { json?: { message?: string }; message?: string };
+  return e.json?.message ?? e.message ?? String(err);
+};
+
+/** Splits the engine's multiplexed exec stream into stdout and stderr. */
+function demux(buf: Buffer): { stdout: string; stderr: string } {
+  let stdout = '';
+  let stderr = '';
+  let i = 0;
+  while (i + 8 <= buf.length && (buf[i] === 1 || buf[i] === 2) && buf[i + 1] === 0) {
+    const size = buf.readUInt32BE(i + 4);
+    const text = buf.subarray(i + 8, i + 8 + size).toString('utf8');
+    if (buf[i] === 1) stdout += text;
+    else stderr += text;
+    i += 8 + size;
+  }
+  if (i === 0) stdout = buf.toString('utf8');
+  return { stdout, stderr };
+}
+
+/** pg_dump in the installer's Postgres container, into its /backups (the backups volume). */
+export class PostgresContainerBackup implements DatabaseBackup {
+  readonly location = `${POSTGRES_BACKUPS_DIR} in the installer's Postgres container`;
+
+  constructor(
+    private readonly docker: Docker,
+    private readonly s: { project: string; user: string; database: string; timeoutMs?: number },
+  ) {}
+
+  private async container(): Promise<Docker.Container> {
+    const list = await this.docker
+      .listContainers({ filters: { label: [`com.docker.compose.project=${this.s.project}`, `com.docker.compose.service=${POSTGRES_SERVICE}`], status: ['running'] } })
+      .catch((err: unknown) => {
+        throw new Error(`cannot list the containers of compose project ${this.s.project}: ${engineMessage(err)}`);
+      });
+    const c = list[0];
+    if (!c) throw new Error(`no running ${POSTGRES_SERVICE} container in compose project ${this.s.project} to run pg_dump in`);
+    return this.docker.getContainer(c.Id);
+  }
+
+  /** Runs `cmd` in the container; resolves with its output, rejects with its exit code and stderr. */
+  private async exec(c: Docker.Container, cmd: string[], user = DUMP_USER): Promise<string> {
+    const limit = this.s.timeoutMs ?? BACKUP_TIMEOUT_MS;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const exec = await c.exec({ Cmd: cmd, User: user, AttachStdout: true, AttachStderr: true, AttachStdin: false, Tty: false });
+      const stream = (await exec.start({ hijack: true, stdin: false })) as unknown as Readable;
+      const parts: Buffer[] = [];
+      const ended = new Promise<void>((resolve, reject) => {
+        stream.on('data', (b: Buffer) => parts.push(b));
+        stream.on('end', resolve);
+        stream.on('close', resolve);
+        stream.on('error', reject);
+      });
+      const timedOut = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          stream.destroy();
+          reject(new Error(`${cmd[0]} did not finish within ${Math.round(limit / 1000)} s`));
+        }, limit);
+      });
+      await Promise.race([ended, timedOut]);
+      const { stdout, stderr } = demux(Buffer.concat(parts));
+      // The stream can end a moment before the engine records the exit code.
+      let info = await exec.inspect();
+      for (let n = 0; info.Running && n < 50; n++) {
+        await new Promise((r) => setTimeout(r, 100));
+        info = await exec.inspect();
+      }
+      const ExitCode = info.Running ? null : info.ExitCode;
+      if (ExitCode !== 0) throw new Error(`${cmd[0]} exited ${ExitCode ?? 'unknown'}: ${stderr.trim().split('\n').slice(-3).join(' ') || 'no output'}`);
+      return stdout;
+    } catch (err) {
+      throw new Error(engineMessage(err));
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async backup(fromDigest: string | null, keep: number): Promise<BackupResult> {
+    const c = await this.container();
+    const file = backupFileName(new Date(), fromDigest, 'dump');
+    const final = path.posix.join(POSTGRES_BACKUPS_DIR, file);
+    const partial = `${final}.partial`;
+    try {
+      // A new volume's root belongs to root: the dump runs as the container's postgres user, not root.
+      await this.exec(c, ['chown', `${DUMP_USER}:${DUMP_USER}`, POSTGRES_BACKUPS_DIR], 'root');
+      // The local socket: no password on the command line or in the environment.
+      await this.exec(c, ['pg_dump', '--format=custom', '--no-password', '--username', this.s.user, '--dbname', this.s.database, '--file', partial]);
+      await this.exec(c, ['mv', partial, final]);
+    } catch (err) {
+      await this.exec(c, ['rm', '-f', partial]).catch(() => {});
+      throw new Error(`pg_dump into ${POSTGRES_BACKUPS_DIR} of the ${POSTGRES_SERVICE} container failed: ${(err as Error).message}`);
+    }
+    let removed: string[] = [];
+    let pruneProblem: string | null = null;
+    try {
+      const names = (await this.exec(c, ['ls', '-1', POSTGRES_BACKUPS_DIR])).split('\n').map((n) => n.trim()).filter(Boolean);
+      removed = backupsToRemove(names, keep);
+      if (removed.length) await this.exec(c, ['rm', '-f', '--', ...removed.map((n) => path.posix.join(POSTGRES_BACKUPS_DIR, n))]);
+    } catch (err) {
+      pruneProblem = (err as Error).message;
+      removed = [];
+    }
+    return { file, removed, pruneProblem };
+  }
+}
+
+/** The embedded database: a copy of its data directory, written by the backend into `dir`. */
+export class EmbeddedBackup implements DatabaseBackup {
+  constructor(
+    private readonly dump: () => Promise<Uint8Array>,
+    private readonly dir: string,
+  ) {}
+
+  get location(): string {
+    return this.dir;
+  }
+
+  async backup(fromDigest: string | null, keep: number): Promise<BackupResult> {
+    const file = backupFileName(new Date(), fromDigest, 'tar.gz');
+    const final = path.join(this.dir, file);
+    const partial = `${final}.partial`;
+    try {
+      await mkdir(this.dir, { recursive: true, mode: 0o700 });
+      await writeFile(partial, await this.dump(), { mode: 0o600 });
+      await rename(partial, final);
+    } catch (err) {
+      await rm(partial, { force: true }).catch(() => {});
+      const e = err as NodeJS.ErrnoException;
+      throw new Error(`copying the embedded database into ${this.dir} failed: ${e.code ?? e.message}`);
+    }
+    let removed: string[] = [];
+    let pruneProblem: string | null = null;
+    try {
+      removed = backupsToRemove(await readdir(this.dir), keep);
+      for (const n of removed) await rm(path.join(this.dir, n), { force: true });
+    } catch (err) {
+      pruneProblem = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+    }
+    return { file, removed, pruneProblem };
+  }
+}
