@@ -2,7 +2,7 @@
 // backend that runs preflight and ended, after the restart, by the one that reconciles the outcome
 // with the helper's whole output. On Postgres with an in-memory engine; replayed through the API.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { FakeEngine, FakeRuntime, REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
+import { clearSelfUpdates, FakeEngine, FakeRuntime, REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { parseSse, type SseMessage } from '../helpers/shared/sse.ts';
@@ -54,9 +54,7 @@ describe('the self-update transcript', () => {
     await second?.close({ drop: false });
     await first?.close({ drop: false });
     first = second = undefined;
-    await db.database.db.deleteFrom('self_update_requests').execute();
-    await db.database.db.deleteFrom('deployment_actions').execute();
-    await db.database.db.deleteFrom('update_quarantine').execute();
+    await clearSelfUpdates(db);
     await db.database.db.deleteFrom('deployment_job_events').execute();
     await db.database.db.deleteFrom('deployment_job_status').execute();
     await db.database.db.deleteFrom('deployment_jobs').execute();

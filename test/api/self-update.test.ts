@@ -4,7 +4,7 @@
 // calls, and the outcome reconciled on boot.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import { FakeEngine, FakeRuntime, LATEST_MIGRATION, REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
+import { clearSelfUpdates, FakeEngine, FakeRuntime, LATEST_MIGRATION, REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { TEST_SECRETS } from '../helpers/api/app.ts';
@@ -320,9 +320,7 @@ describe('reconciling the outcome', () => {
     await second?.close({ drop: false });
     await first?.close({ drop: false });
     first = second = undefined;
-    await db.database.db.deleteFrom('self_update_requests').execute();
-    await db.database.db.deleteFrom('deployment_actions').execute();
-    await db.database.db.deleteFrom('update_quarantine').execute();
+    await clearSelfUpdates(db);
     await sql`delete from kysely_migration where name = '0099_marker'`.execute(db.database.db);
   });
   afterAll(async () => db?.drop());

@@ -35,7 +35,8 @@ async function helperRunning(): Promise<string> {
 }
 const row = (id: string) => db.database.db.selectFrom('self_update_status').select(['last_answer_at', 'first_ready_at']).where('request_id', '=', id).executeTakeFirstOrThrow();
 
-describe('the server process measures a self-update', () => {
+// Each test starts two real server processes, one after the other: tens of seconds on a busy machine.
+describe('the server process measures a self-update', { timeout: 120_000 }, () => {
   it('SIGTERM while the helper runs records when it stopped answering; the next backend its readiness', async () => {
     const old = start();
     const base = await old.url;

@@ -3,29 +3,17 @@
 // reconciliation, null with its reason when an end is missing, the same figure in /metrics, paging
 // by cursor, and bad input refused with a 400 that names the problem.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { FakeEngine, FakeRuntime, REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
+import { clearSelfUpdates, FakeEngine, FakeRuntime, REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { TEST_SECRETS } from '../helpers/api/app.ts';
 import { listSelfUpdates, requestSelfUpdate, updateSelfUpdate } from '../../src/state/self-update.ts';
 import { NO_LAST_ANSWER, recordFirstReady, recordLastAnswer } from '../../src/state/update-history.ts';
+import type { UpdateHistoryEntry as Entry } from '../../src/contracts/update-history.ts';
 
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };
 const HISTORY = '/api/system/self-update/history';
 
-interface Entry {
-  requestId: string;
-  actor: { id: string; email: string | null };
-  from: { reference: string | null; digest: string | null };
-  to: { tag: string | null; digest: string | null };
-  outcome: string;
-  downtimeMs: number | null;
-  downtimeNote: string | null;
-  lastAnswerAt: string | null;
-  firstReadyAt: string | null;
-  startedAt: string;
-  finishedAt: string | null;
-}
 
 /** The value of one sample line of the Prometheus text, or undefined when it is absent. */
 function sample(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
@@ -62,9 +50,7 @@ describe('the downtime of an update, measured by the installer', () => {
     await second?.close({ drop: false });
     await first?.close({ drop: false });
     first = second = undefined;
-    await db.database.db.deleteFrom('self_update_requests').execute();
-    await db.database.db.deleteFrom('deployment_actions').execute();
-    await db.database.db.deleteFrom('update_quarantine').execute();
+    await clearSelfUpdates(db);
   });
   afterAll(async () => db?.drop());
 

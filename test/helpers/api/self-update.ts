@@ -200,6 +200,13 @@ export class FakeEngine implements SelfUpdateEngine {
   }
 }
 
+/** Forgets every self-update between tests: requests (and their status), audit rows, quarantines. */
+export async function clearSelfUpdates(db: TestDatabase): Promise<void> {
+  await db.database.db.deleteFrom('self_update_requests').execute();
+  await db.database.db.deleteFrom('deployment_actions').execute();
+  await db.database.db.deleteFrom('update_quarantine').execute();
+}
+
 export interface SelfUpdateApp {
   app: FastifyInstance;
   wired: Wired;
