@@ -7,7 +7,7 @@
 import type Docker from 'dockerode';
 import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { Readable } from 'node:stream';
+import { Writable, type Readable } from 'node:stream';
 
 /** The named volume backups go to (deploy/docker-compose.yml). */
 export const BACKUPS_VOLUME = 'installer-backups';
@@ -62,20 +62,14 @@ const engineMessage = (err: unknown): string => {
   return e.json?.message ?? e.message ?? String(err);
 };
 
-/** Splits the engine's multiplexed exec stream into stdout and stderr. */
-function demux(buf: Buffer): { stdout: string; stderr: string } {
-  let stdout = '';
-  let stderr = '';
-  let i = 0;
-  while (i + 8 <= buf.length && (buf[i] === 1 || buf[i] === 2) && buf[i + 1] === 0) {
-    const size = buf.readUInt32BE(i + 4);
-    const text = buf.subarray(i + 8, i + 8 + size).toString('utf8');
-    if (buf[i] === 1) stdout += text;
-    else stderr += text;
-    i += 8 + size;
-  }
-  if (i === 0) stdout = buf.toString('utf8');
-  return { stdout, stderr };
+/** A writable that keeps what is written to it in `into`. */
+function collect(into: Buffer[]): Writable {
+  return new Writable({
+    write(chunk: Buffer, _enc, done) {
+      into.push(chunk);
+      done();
+    },
+  });
 }
 
 /** pg_dump in the installer's Postgres container, into its /backups (the backups volume). */
@@ -105,9 +99,11 @@ export class PostgresContainerBackup implements DatabaseBackup {
     try {
       const exec = await c.exec({ Cmd: cmd, User: user, AttachStdout: true, AttachStderr: true, AttachStdin: false, Tty: false });
       const stream = (await exec.start({ hijack: true, stdin: false })) as unknown as Readable;
-      const parts: Buffer[] = [];
+      // The engine multiplexes stdout and stderr into one stream: dockerode's demuxer parts them.
+      const out: Buffer[] = [];
+      const errs: Buffer[] = [];
+      this.docker.modem.demuxStream(stream, collect(out), collect(errs));
       const ended = new Promise<void>((resolve, reject) => {
-        stream.on('data', (b: Buffer) => parts.push(b));
         stream.on('end', resolve);
         stream.on('close', resolve);
         stream.on('error', reject);
@@ -119,7 +115,8 @@ export class PostgresContainerBackup implements DatabaseBackup {
         }, limit);
       });
       await Promise.race([ended, timedOut]);
-      const { stdout, stderr } = demux(Buffer.concat(parts));
+      const stdout = Buffer.concat(out).toString('utf8');
+      const stderr = Buffer.concat(errs).toString('utf8');
       // The stream can end a moment before the engine records the exit code.
       let info = await exec.inspect();
       for (let n = 0; info.Running && n < 50; n++) {
