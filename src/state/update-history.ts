@@ -33,33 +33,17 @@ export function downtimeOf(lastAnswerAt: Date | null, firstReadyAt: Date | null)
   return { ms, note: null };
 }
 
-/**
- * Written by a backend as it stops: the time of its last answer goes to the update whose helper
- * runs (the helper's switch is what stops it). Only the first such time counts.
- */
-export async function recordLastAnswer(db: Conn, at: Date): Promise<boolean> {
-  const res = await db
-    .updateTable('self_update_status')
-    .set({ last_answer_at: at })
-    .where('phase', '=', 'helper-running')
-    .where('last_answer_at', 'is', null)
-    .executeTakeFirst();
+/** Writes one end of the downtime on the update whose helper runs; only the first such time counts. */
+async function recordEnd(db: Conn, end: 'last_answer_at' | 'first_ready_at', at: Date): Promise<boolean> {
+  const res = await db.updateTable('self_update_status').set({ [end]: at }).where('phase', '=', 'helper-running').where(end, 'is', null).executeTakeFirst();
   return Number(res.numUpdatedRows) > 0;
 }
 
-/**
- * Written by a backend once it listens: the first backend ready while an update's helper runs is
- * the one the switch started. Only the first such time counts.
- */
-export async function recordFirstReady(db: Conn, at: Date): Promise<boolean> {
-  const res = await db
-    .updateTable('self_update_status')
-    .set({ first_ready_at: at })
-    .where('phase', '=', 'helper-running')
-    .where('first_ready_at', 'is', null)
-    .executeTakeFirst();
-  return Number(res.numUpdatedRows) > 0;
-}
+/** Written by a backend as it stops: the time of its last answer (the helper's switch is what stops it). */
+export const recordLastAnswer = (db: Conn, at: Date): Promise<boolean> => recordEnd(db, 'last_answer_at', at);
+
+/** Written by a backend once it listens: the first backend ready while an update's helper runs is the one the switch started. */
+export const recordFirstReady = (db: Conn, at: Date): Promise<boolean> => recordEnd(db, 'first_ready_at', at);
 
 /** Stores the downtime of an update from the two ends recorded on its row (the outcome reconciliation calls it). */
 export async function settleDowntime(db: Conn, requestId: string): Promise<Downtime> {

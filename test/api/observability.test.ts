@@ -6,6 +6,7 @@ import { requestSelfUpdate, updateSelfUpdate } from '../../src/state/self-update
 import { redactedSettings } from '../../src/api/routes/observability.ts';
 import { loadSettings } from '../../src/config.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
+import { sample } from '../helpers/shared/prometheus.ts';
 
 let t: TestApp;
 beforeAll(async () => {
@@ -14,18 +15,6 @@ beforeAll(async () => {
 afterAll(async () => t?.close());
 
 const bearer = async (role: 'admin' | 'operator' | 'viewer') => ({ authorization: `Bearer ${await t.token(role)}` });
-
-/** The value of one sample line of the Prometheus text, or undefined when it is absent. */
-function sample(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
-  for (const line of text.split('\n')) {
-    if (line.startsWith('#')) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const got = Object.fromEntries([...(m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((x) => [x[1], x[2]]));
-    if (Object.entries(labels).every(([k, v]) => got[k] === v)) return Number(m[3]);
-  }
-  return undefined;
-}
 
 async function scrape(): Promise<string> {
   const res = await t.app.inject({ method: 'GET', url: '/metrics', headers: await bearer('viewer') });

@@ -10,22 +10,10 @@ import { TEST_SECRETS } from '../helpers/api/app.ts';
 import { listSelfUpdates, requestSelfUpdate, updateSelfUpdate } from '../../src/state/self-update.ts';
 import { NO_LAST_ANSWER, recordFirstReady, recordLastAnswer } from '../../src/state/update-history.ts';
 import type { UpdateHistoryEntry as Entry } from '../../src/contracts/update-history.ts';
+import { sample } from '../helpers/shared/prometheus.ts';
 
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };
 const HISTORY = '/api/system/self-update/history';
-
-
-/** The value of one sample line of the Prometheus text, or undefined when it is absent. */
-function sample(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
-  for (const line of text.split('\n')) {
-    if (line.startsWith('#')) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
-    if (!m || m[1] !== name) continue;
-    const got = Object.fromEntries([...(m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((x) => [x[1], x[2]]));
-    if (Object.entries(labels).every(([k, v]) => got[k] === v)) return Number(m[3]);
-  }
-  return undefined;
-}
 
 async function history(t: SelfUpdateApp, query = ''): Promise<Entry[]> {
   const res = await t.app.inject({ method: 'GET', url: `${HISTORY}${query}`, headers: service });
