@@ -24,7 +24,11 @@ beforeAll(async () => {
 });
 afterAll(async () => db?.drop());
 
-const start = () => runEntry('src/main.ts', { DATABASE_URL: db.url, DATA_DIR: mkdtempSync(path.join(tmpdir(), 'installer-hist-')), PORT: '0', HOST: '127.0.0.1', ...SECRETS });
+// The API role: the measuring is the serving process's own. With the controllers too, this process
+// would reconcile the update below as soon as it saw no installer-self-updater on the engine (there
+// is none: no helper runs here), and a finished update has no downtime left to record.
+const start = () =>
+  runEntry('src/main.ts', { DATABASE_URL: db.url, DATA_DIR: mkdtempSync(path.join(tmpdir(), 'installer-hist-')), PORT: '0', HOST: '127.0.0.1', INSTALLER_ROLE: 'api', ...SECRETS });
 
 /** An update whose helper runs, as the self-update controller leaves it. */
 async function helperRunning(): Promise<string> {
