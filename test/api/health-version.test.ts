@@ -3,6 +3,7 @@ import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { buildApp } from '../../src/api/app.ts';
 import { openDatabase } from '../../src/db/database.ts';
 import { createLogger } from '../../src/logger.ts';
+import { INSTANCE_HEADER } from '../../src/api/routes/health.ts';
 
 let t: TestApp;
 beforeAll(async () => {
@@ -15,6 +16,21 @@ describe('GET /api/health', () => {
     const res = await t.app.inject({ method: 'GET', url: '/api/health' });
     expect(res.statusCode).toBe(200);
     expect(res.json()).toEqual({ status: 'ok', db: 'up' });
+  });
+
+  it('names the process that answered: the same id on every answer, another one after a restart', async () => {
+    const ids = async (app: typeof t.app) => (await app.inject({ method: 'GET', url: '/api/health' })).headers[INSTANCE_HEADER];
+    const first = await ids(t.app);
+    expect(first).toMatch(/^[0-9a-f-]{36}$/);
+    expect(await ids(t.app)).toBe(first);
+    const restarted = await buildApp({ ...t.wired.deps, logger: createLogger({ level: 'silent', secrets: [] }) });
+    try {
+      const second = await ids(restarted);
+      expect(second).toMatch(/^[0-9a-f-]{36}$/);
+      expect(second).not.toBe(first);
+    } finally {
+      await restarted.close();
+    }
   });
 
   it('answers 503 with db down when the database does not', async () => {

@@ -43,6 +43,8 @@ interface Stand {
   health: { at: number }[];
   /** What GET /api/health does now. */
   healthUp: boolean;
+  /** The process GET /api/health names as the one answering (`x-installer-instance`); none when null. */
+  instance: string | null;
   check: Record<string, unknown>;
   /** What GET /api/system/self-update-check does now: answer, or refuse the connection. */
   checkUp: boolean;
@@ -56,6 +58,7 @@ async function standIn(page: Page, opts: { realStart?: boolean } = {}): Promise<
     checks: 0,
     health: [],
     healthUp: true,
+    instance: null,
     check: { updateAvailable: true, currentDigest: CURRENT, remoteDigest: REMOTE, composeChanged: false, lastUpdate: { status: null, detail: null, at: null, targetDigest: null } },
     checkUp: true,
     starts: 0,
@@ -80,7 +83,7 @@ async function standIn(page: Page, opts: { realStart?: boolean } = {}): Promise<
   }
   await page.route('**/api/health', async (route: Route) => {
     s.health.push({ at: await page.evaluate(() => Date.now()).catch(() => -1) });
-    if (s.healthUp) await route.fulfill({ json: { status: 'ok', db: 'up' } });
+    if (s.healthUp) await route.fulfill({ json: { status: 'ok', db: 'up' }, headers: s.instance ? { 'x-installer-instance': s.instance } : {} });
     else await route.abort('connectionrefused');
   });
   T0 = Math.floor(Date.now() / 1000) * 1000;
@@ -227,11 +230,37 @@ describe('restart overlay', () => {
     }
   });
 
+  it('a switch between two polls shows as another process answering: it reloads at that answer', async () => {
+    const { context, page } = await newPage(browser);
+    try {
+      await useToken(context, await t.token('viewer'));
+      const s = await standIn(page);
+      s.instance = 'old-backend';
+      await openApp(page, s);
+      const started = await startUpdate(page, s);
+      await advance(page, 3_000);
+      await poll(() => s.health.length).toBe(1);
+      await advance(page, 3_000);
+      await poll(() => s.health.length).toBe(2);
+      expect(s.documents).toBe(1);
+      // The old backend went and the new one came between two polls: no failed answer, another process.
+      s.instance = 'new-backend';
+      await advance(page, 3_000);
+      await poll(() => s.documents).toBe(2);
+      expect(s.health.map((h) => h.at - started)).toEqual([3_000, 6_000, 9_000]);
+      await page.clock.resume();
+    } finally {
+      await context.close();
+    }
+  });
+
   it('without a gap it waits about 20 s before reloading', async () => {
     const { context, page } = await newPage(browser);
     try {
       await useToken(context, await t.token('viewer'));
       const s = await standIn(page);
+      // The same process answers every time: nothing was replaced.
+      s.instance = 'the-only-backend';
       await openApp(page, s);
       const started = await startUpdate(page, s);
       for (let i = 1; i <= 6; i++) {

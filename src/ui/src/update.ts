@@ -2,8 +2,9 @@
 // update", "Limits"): the update check on load and every 30 minutes (one that failed again after
 // 5 s), and, once an update has
 // started, an overlay that polls GET /api/health every 3 s, reloads after a real downtime gap
-// (health failing at least once, then answering again) or after about 20 s of answers without one,
-// and gives up after 10 minutes. Plain classes with an injectable clock and timing, so tests run
+// (health failing at least once, then answering again, or answered by another process than the
+// one that answered before: a gap that fell between two polls) or after about 20 s of answers
+// without one, and gives up after 10 minutes. Plain classes with an injectable clock and timing, so tests run
 // them on a fake clock; the production values are these constants.
 import { documentVisibility, type PageVisibility } from './visibility.ts';
 
@@ -12,7 +13,7 @@ export const UPDATE_TIMING = {
   checkEveryMs: 30 * 60_000,
   /** Health polling while the installer restarts. */
   pollEveryMs: 3_000,
-  /** Without a downtime gap seen, reload after this long (the restart may fall between two polls). */
+  /** Without a downtime gap seen, reload after this long (the restart may fall between two polls unseen: a backend that does not name itself, or one replaced before the first poll). */
   settleMs: 20_000,
   /** While the last update's outcome is not decided yet (its helper still runs), or after a check failed, check this often. */
   followEveryMs: 5_000,
@@ -145,14 +146,16 @@ export interface WatchState {
   elapsedMs: number;
   polls: number;
   failures: number;
-  /** Health failed at least once: the old backend went away. */
+  /** Health failed at least once, or another process answered: the old backend went away. */
   sawDown: boolean;
+  /** The process that answered health last (its `x-installer-instance`), when it named itself. */
+  instance: string | null;
   last: { ok: boolean; at: number } | null;
 }
 
 export interface RestartWatcherOptions {
-  /** One health check: true when the backend answers healthy. May reject; rejects count as down. */
-  probe: (signal: AbortSignal) => Promise<boolean>;
+  /** One health check. May reject; rejects count as down. */
+  probe: (signal: AbortSignal) => Promise<HealthAnswer>;
   reload: () => void;
   onChange?: (s: WatchState) => void;
   timing?: Partial<UpdateTiming>;
@@ -169,7 +172,7 @@ export class RestartWatcher {
   constructor(private readonly o: RestartWatcherOptions) {
     this.t = { ...UPDATE_TIMING, ...o.timing };
     this.clock = o.clock ?? globalClock;
-    this.s = { phase: 'waiting', startedAt: 0, elapsedMs: 0, polls: 0, failures: 0, sawDown: false, last: null };
+    this.s = { phase: 'waiting', startedAt: 0, elapsedMs: 0, polls: 0, failures: 0, sawDown: false, instance: null, last: null };
   }
 
   get state(): WatchState {
@@ -203,13 +206,13 @@ export class RestartWatcher {
     if (phase === 'reloading') this.o.reload();
   }
 
-  private async probeOnce(): Promise<boolean> {
+  private async probeOnce(): Promise<HealthAnswer> {
     const abort = new AbortController();
     const timer = this.clock.setTimeout(() => abort.abort(), this.t.requestTimeoutMs);
     try {
       return await this.o.probe(abort.signal);
     } catch {
-      return false;
+      return { ok: false, instance: null };
     } finally {
       this.clock.clearTimeout(timer);
     }
@@ -218,10 +221,20 @@ export class RestartWatcher {
   private async poll(): Promise<void> {
     if (this.s.phase !== 'waiting') return;
     const began = this.clock.now();
-    const ok = await this.probeOnce();
+    const { ok, instance } = await this.probeOnce();
     if (this.s.phase !== 'waiting') return;
     const now = this.clock.now();
-    this.s = { ...this.s, polls: this.s.polls + 1, failures: this.s.failures + (ok ? 0 : 1), sawDown: this.s.sawDown || !ok, last: { ok, at: now } };
+    // A healthy answer from another process than the last one that answered: the old backend was
+    // replaced between two polls (a switch faster than the poll interval).
+    const replaced = ok && instance !== null && this.s.instance !== null && instance !== this.s.instance;
+    this.s = {
+      ...this.s,
+      polls: this.s.polls + 1,
+      failures: this.s.failures + (ok ? 0 : 1),
+      sawDown: this.s.sawDown || !ok || replaced,
+      instance: ok && instance !== null ? instance : this.s.instance,
+      last: { ok, at: now },
+    };
     if (ok && (this.s.sawDown || now - this.s.startedAt >= this.t.settleMs)) {
       this.finish('reloading');
       return;
@@ -232,10 +245,18 @@ export class RestartWatcher {
   }
 }
 
-/** GET /api/health answered `{status: "ok"}`. */
-export async function healthProbe(signal: AbortSignal): Promise<boolean> {
+/** One answer of GET /api/health: healthy or not, and which process gave it. */
+export interface HealthAnswer {
+  /** Answered `{status: "ok"}`. */
+  ok: boolean;
+  /** The answering process's `x-installer-instance`; null when it sent none. */
+  instance: string | null;
+}
+
+export async function healthProbe(signal: AbortSignal): Promise<HealthAnswer> {
   const res = await fetch('/api/health', { cache: 'no-store', signal });
-  if (!res.ok) return false;
+  const instance = res.headers.get('x-installer-instance');
+  if (!res.ok) return { ok: false, instance };
   const body = (await res.json()) as { status?: string };
-  return body.status === 'ok';
+  return { ok: body.status === 'ok', instance };
 }
