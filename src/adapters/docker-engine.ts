@@ -143,8 +143,20 @@ export async function pruneDanglingImages(docker: Docker): Promise<{ deleted: nu
 }
 
 /**
+ * The container events that change what an observation reads: the container's existence, name,
+ * state and health. The others are left out, above all `exec_create`, `exec_start` and `exec_die`,
+ * which every healthcheck of every container raises: following them re-read the platform and the
+ * engine at each check of each container, an idle installer's largest use of the host's CPU.
+ * (`health_status` is raised when a container's health changes, not at every check.)
+ */
+const STATE_EVENTS = new Set(['create', 'start', 'restart', 'stop', 'die', 'kill', 'oom', 'pause', 'unpause', 'destroy', 'rename', 'update', 'health_status']);
+
+/** The event's action without its detail (`health_status: healthy` → `health_status`). */
+export const changesState = (action: string | undefined): boolean => action !== undefined && STATE_EVENTS.has(action.split(':')[0]!.trim());
+
+/**
  * Follows the engine's event stream for containers of the given compose projects, calling
- * `onEvent` with the project of each event, until `stop()`; `onEnd` is called once when the
+ * `onEvent` with the project of each event that changes a container's state (`changesState`), until `stop()`; `onEnd` is called once when the
  * stream ends or cannot be opened (the engine went away), so the caller can reconnect.
  */
 export function watchProjectEvents(
@@ -174,9 +186,9 @@ export function watchProjectEvents(
           const line = buf.slice(0, nl);
           buf = buf.slice(nl + 1);
           try {
-            const ev = JSON.parse(line) as { Actor?: { Attributes?: Record<string, string> } };
+            const ev = JSON.parse(line) as { Action?: string; Actor?: { Attributes?: Record<string, string> } };
             const project = ev.Actor?.Attributes?.['com.docker.compose.project'];
-            if (project && projects.includes(project)) onEvent(project);
+            if (project && projects.includes(project) && changesState(ev.Action)) onEvent(project);
           } catch {
             /* a partial or foreign line */
           }

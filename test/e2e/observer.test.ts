@@ -1,5 +1,6 @@
 // The observer against the real engine (docs/adr/0023-observed-state.md): it records a change of
-// the platform's containers from the engine's event stream, long before its interval would, and the
+// the platform's containers from the engine's event stream, long before its interval would, and
+// only a change: an exec in a container (each healthcheck) is not one. The
 // self-update check answers from its row: N calls create no compose-reader container, where the
 // observation behind them created one.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -75,6 +76,29 @@ describe('the observer on the real engine', () => {
     expect(status.statusCode).toBe(200);
     expect(status.json().containers.find((c: { name: string }) => c.name === target.name).state).toBe('exited');
     await docker(['start', target.id]);
+  });
+
+  it('reads again for a state change, not for an exec in a container (every healthcheck is one)', async () => {
+    const db = t.db.database.db;
+    const observedAt = async (key: 'platform' | 'platformEnv') => (await readObserved(db, key))?.observedAt?.getTime() ?? null;
+    await expect.poll(() => observedAt('platformEnv'), { timeout: 20_000 }).not.toBeNull();
+    const target = (await p.containers()).find((c) => c.state === 'running')!;
+    // What the previous test set off is over: the platform's row holds still for 2 s.
+    let settled = await observedAt('platform');
+    for (let last = null as number | null; settled !== last; ) {
+      last = settled;
+      await sleep(2_000);
+      settled = await observedAt('platform');
+    }
+    const before = { platform: settled, env: await observedAt('platformEnv') };
+    for (let i = 0; i < 3; i++) await docker(['exec', target.id, 'true']);
+    await sleep(1_500);
+    // The 30 s interval re-reads every key, the platform's environment with it; an event re-reads the platform alone.
+    const tick = (await observedAt('platformEnv')) !== before.env;
+    if (!tick) expect(await observedAt('platform'), 'the platform was read again for an exec').toBe(before.platform);
+    // The same container restarted: the platform is read again within seconds.
+    await docker(['restart', '-t', '1', target.id]);
+    await expect.poll(() => observedAt('platform'), { timeout: 10_000, interval: 100 }).toBeGreaterThan(before.platform!);
   });
 
   it(`self-update-check: ${CALLS} calls create no compose-reader container`, async () => {
