@@ -7,10 +7,13 @@
 // - the helper's total time (container start to exit);
 // - from the switch to a crashing build to the rollback being healthy (helper timestamps);
 // - the engine's events of one update, relative to the helper's start.
+import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Bench, Figure } from './run.ts';
 import { ensureRig, freePort, must, run } from '../test/helpers/e2e/rig.ts';
+import { ROOT } from '../test/helpers/shared/process.ts';
 import { helperExit, HELPER, Images, startInstaller, type InstallerUnderTest } from '../test/helpers/e2e/self-update-rig.ts';
 
 const RUNS = 5;
@@ -94,9 +97,14 @@ async function minimalOutages(log: (m: string) => void): Promise<number[]> {
   const compose = (version: string, args: string[]) =>
     must('docker', ['compose', '-p', 'bench-minimal', '-f', path.join(MINIMAL_DIR, 'docker-compose.yml'), ...args], { env: { VERSION: version, PORT: String(port) }, timeoutMs: 5 * 60_000 });
   const tags = ['v0', ...Array.from({ length: RUNS }, (_, k) => `v${k + 1}`)];
+  // Its build context: the service, and the installer's own healthcheck script.
+  const context = mkdtempSync(path.join(tmpdir(), 'bench-minimal-'));
+  for (const f of ['Dockerfile', 'server.mjs']) copyFileSync(path.join(MINIMAL_DIR, f), path.join(context, f));
+  copyFileSync(path.join(ROOT, 'scripts/healthcheck.sh'), path.join(context, 'healthcheck.sh'));
   for (const tag of tags) {
-    await must('docker', ['build', '-q', '--build-arg', `VARIANT=${tag}-${Date.now()}`, '-t', `installer-bench/minimal:${tag}`, MINIMAL_DIR], { env: { DOCKER_BUILDKIT: '0' }, timeoutMs: 5 * 60_000 });
+    await must('docker', ['build', '-q', '--build-arg', `VARIANT=${tag}-${Date.now()}`, '-t', `installer-bench/minimal:${tag}`, context], { env: { DOCKER_BUILDKIT: '0' }, timeoutMs: 5 * 60_000 });
   }
+  rmSync(context, { recursive: true, force: true });
   const outages: number[] = [];
   try {
     await compose('v0', ['up', '-d', '--wait', '--wait-timeout', '300', 'web']);

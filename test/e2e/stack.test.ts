@@ -38,6 +38,11 @@ describe('the installer stack (dev compose file, real engine, local registry)', 
     expect(init.State.ExitCode).toBe(0);
     const backend = JSON.parse(await docker(['inspect', 'installer-backend']))[0];
     expect(backend.State.Health.Status).toBe('healthy');
+    // Healthy by the image's own check: bash and scripts/healthcheck.sh, every second.
+    expect(backend.Config.Healthcheck.Test).toEqual(['CMD', 'bash', '/usr/src/app/scripts/healthcheck.sh']);
+    expect(backend.Config.Healthcheck.Interval).toBe(1e9);
+    const passes = (backend.State.Health.Log as { ExitCode: number }[]).filter((l) => l.ExitCode === 0);
+    expect(passes.length).toBeGreaterThan(0);
     expect(backend.Config.Env).toContain('INSTALLER_CHANNEL=dev');
     expect(backend.Config.Env).toContain('TZ=UTC');
     const res = await fetch(`${stack!.baseUrl}/api/health`);
