@@ -151,13 +151,14 @@ export async function pruneDanglingImages(docker: Docker): Promise<{ deleted: nu
  */
 const STATE_EVENTS = new Set(['create', 'start', 'restart', 'stop', 'die', 'kill', 'oom', 'pause', 'unpause', 'destroy', 'rename', 'update', 'health_status']);
 
-/** The event's action without its detail (`health_status: healthy` → `health_status`). */
-export const changesState = (action: string | undefined): boolean => action !== undefined && STATE_EVENTS.has(action.split(':')[0]!.trim());
+/** Whether an event's action, without its detail (`health_status: healthy`), is in STATE_EVENTS. */
+const changesState = (action: string | undefined): boolean => action !== undefined && STATE_EVENTS.has(action.split(':')[0]!.trim());
 
 /**
  * Follows the engine's event stream for containers of the given compose projects, calling
- * `onEvent` with the project of each event that changes a container's state (`changesState`), until `stop()`; `onEnd` is called once when the
- * stream ends or cannot be opened (the engine went away), so the caller can reconnect.
+ * `onEvent` with the project of each event that changes a container (`changesState`), until
+ * `stop()`; `onEnd` is called once when the stream ends or cannot be opened (the engine went
+ * away), so the caller can reconnect.
  */
 export function watchProjectEvents(
   docker: Docker,
