@@ -37,21 +37,20 @@ export interface SelfUpdateOutcomeDeps {
   scrub?: (text: string) => string;
 }
 
+/** The helper's whole output as lines, or why it could not be read. */
+type HelperOutput = { lines: string[] } | { error: string };
+
 /**
  * The end of an update's transcript, written after the restart with the outcome (one transaction):
- * the helper's whole output as read from its exited container, the status it reported (its status
- * file's value, which it prints), the decision, and `finished` (docs/adr/0030-self-update-transcript.md).
+ * the helper's whole output as read from its exited container and the status it reported (its
+ * status file's value, which it prints); finishTranscript adds the decision and `finished`
+ * (docs/adr/0030-self-update-transcript.md).
  */
-export function transcriptTail(
-  output: { lines: string[] } | { error: string },
-  helper: { status: HelperOutcome['status']; exitCode: number | null } | null,
-  decision: { outcome: string; detail: string },
-): NewJobEvent[] {
+export function transcriptTail(output: HelperOutput, helper: { status: HelperOutcome['status']; exitCode: number | null } | null): NewJobEvent[] {
   const events: NewJobEvent[] = [{ type: 'phase', payload: { phase: 'helper-output', container: HELPER_NAME } }];
   if ('lines' in output) for (const line of output.lines) events.push({ type: 'output', payload: { line, stream: 'stdout', source: HELPER_NAME } });
   else events.push({ type: 'warning', payload: { message: `the output of ${HELPER_NAME} could not be read: ${output.error}` } });
   events.push({ type: 'phase', payload: { phase: 'helper-status', status: helper?.status ?? 'unknown', exitCode: helper?.exitCode ?? null } });
-  events.push({ type: 'phase', payload: { phase: 'decision', outcome: decision.outcome, detail: decision.detail } });
   return events;
 }
 
@@ -94,12 +93,17 @@ export class SelfUpdateOutcomeReconciler {
     return this.running;
   }
 
-  /** The helper's whole output, read once it has exited; what went wrong instead when it cannot be read. */
-  private async helperOutput(helperId: string | null): Promise<{ lines: string[] } | { error: string }> {
+  /**
+   * The update's job and the helper's whole output, read once it has exited (what went wrong instead
+   * when it cannot be read); no output is read for an update without a job.
+   */
+  private async transcriptOf(p: PendingUpdate): Promise<{ jobId: string | null; output: HelperOutput }> {
+    const jobId = (await getSelfUpdate(this.d.db, p.requestId))?.jobId ?? null;
+    if (!jobId) return { jobId, output: { lines: [] } };
     try {
-      return { lines: await this.d.engine.helperOutput(helperId, this.d.signal) };
+      return { jobId, output: { lines: await this.d.engine.helperOutput(p.helperId, this.d.signal) } };
     } catch (err) {
-      return { error: (err as Error).message };
+      return { jobId, output: { error: (err as Error).message } };
     }
   }
 
@@ -141,12 +145,11 @@ export class SelfUpdateOutcomeReconciler {
       recordUndecided: fromPromise<void, UndecidedInput>(async ({ input }) => {
         const { pending: p, detail, helper } = input;
         const exitCode = helper?.exitCode ?? null;
-        const jobId = (await getSelfUpdate(db, p.requestId))?.jobId ?? null;
-        const output = jobId ? await this.helperOutput(p.helperId) : { lines: [] };
+        const { jobId, output } = await this.transcriptOf(p);
         const changed = await db.transaction().execute(async (tx) => {
           if (!(await updateSelfUpdate(tx, p.requestId, { phase: 'undecided', detail, helperExitCode: exitCode, finished: true }, ['helper-running']))) return false;
           // The transcript ends with the outcome, in its transaction: a restart writes both or neither.
-          await finishTranscript(tx, jobId, { state: 'undecided', detail, exitCode }, transcriptTail(output, helper ?? null, { outcome: 'undecided', detail }), this.d.scrub);
+          await finishTranscript(tx, jobId, { state: 'undecided', detail, exitCode }, transcriptTail(output, helper ?? null), this.d.scrub);
           await settleDowntime(tx, p.requestId); // docs/adr/0031-update-history.md
           if (p.actionId) await recordFinished(tx, p.actionId, { status: 'failed', exitCode, detail });
           await enqueueNotification(tx, {
@@ -163,12 +166,11 @@ export class SelfUpdateOutcomeReconciler {
       recordOutcome: fromPromise<void, RecordInput>(async ({ input }) => {
         const { pending: p, outcome, detail, helper } = input;
         const phase = phaseOfOutcome(outcome);
-        const jobId = (await getSelfUpdate(db, p.requestId))?.jobId ?? null;
-        const output = jobId ? await this.helperOutput(p.helperId) : { lines: [] };
+        const { jobId, output } = await this.transcriptOf(p);
         const changed = await db.transaction().execute(async (tx) => {
           if (!(await updateSelfUpdate(tx, p.requestId, { phase, detail, helperExitCode: helper.exitCode, finished: true }, ['helper-running']))) return false;
           // The transcript ends with the outcome, in its transaction: a restart writes both or neither.
-          await finishTranscript(tx, jobId, { state: phase, detail, exitCode: helper.exitCode }, transcriptTail(output, helper, { outcome: phase, detail }), this.d.scrub);
+          await finishTranscript(tx, jobId, { state: phase, detail, exitCode: helper.exitCode }, transcriptTail(output, helper), this.d.scrub);
           await settleDowntime(tx, p.requestId); // docs/adr/0031-update-history.md
           if (p.actionId) await recordFinished(tx, p.actionId, { status: outcome === 'completed' ? 'completed' : 'failed', exitCode: helper.exitCode, detail });
           // Notifications go with the outcome, in its transaction (docs/notifications.md).

@@ -270,7 +270,7 @@ export class SelfUpdateReconciler {
       await updateSelfUpdate(tx, id, {
         phase, snapshot: persisted, chartVersion: SELF_UPDATE_CHART_VERSION, detail, abortCode: phase === 'aborted' ? (ctx.abortCode ?? 'preflight') : null, finished: true,
       });
-      await finishTranscript(tx, req.jobId, { state: phase, detail, exitCode: null }, [{ type: 'phase', payload: { phase: 'decision', outcome: phase, detail } }], this.d.scrub);
+      await finishTranscript(tx, req.jobId, { state: phase, detail, exitCode: null }, [], this.d.scrub);
     });
     if (phase === 'aborted') log.warn({ step: ctx.failedStep }, `self-update aborted: ${detail}`);
     else log.info(`self-update not started: ${detail}`);
@@ -313,14 +313,14 @@ export class SelfUpdateReconciler {
       }
       await this.d.db.transaction().execute(async (tx) => {
         if (!(await updateSelfUpdate(tx, r.requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested', 'preflight']))) return;
-        await finishTranscript(tx, r.jobId, { state: 'aborted', detail, exitCode: null }, [{ type: 'phase', payload: { phase: 'decision', outcome: 'aborted', detail } }], this.d.scrub);
+        await finishTranscript(tx, r.jobId, { state: 'aborted', detail, exitCode: null }, [], this.d.scrub);
       });
       log.warn(detail);
     }
     // An update that ended while its job did not (a request withdrawn unclaimed, a restart between
     // the two writes): the job ends with the update's outcome.
     for (const t of await unfinishedTranscripts(this.d.db)) {
-      await finishTranscript(this.d.db, t.jobId, { state: t.phase, detail: t.detail, exitCode: t.exitCode }, [{ type: 'phase', payload: { phase: 'decision', outcome: t.phase, detail: t.detail } }], this.d.scrub);
+      await finishTranscript(this.d.db, t.jobId, { state: t.phase, detail: t.detail, exitCode: t.exitCode }, [], this.d.scrub);
     }
   }
 }

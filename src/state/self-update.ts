@@ -300,9 +300,10 @@ export interface TranscriptEnd {
 }
 
 /**
- * Ends an update's job: the last events (the outcome, the decision), then `finished`, and the job's
- * phase, all in one transaction (the caller's, when given one). Only a running job ends, so a second
- * call (another process, a retry after a restart) writes nothing twice. True when it ended it here.
+ * Ends an update's job: the last events (the helper's output and status), the decision (the update's
+ * phase and detail), then `finished`, and the job's phase, all in one transaction (the caller's, when
+ * given one). Only a running job ends, so a second call (another process, a retry after a restart)
+ * writes nothing twice. True when it ended it here.
  */
 export async function finishTranscript(db: Conn, jobId: string | null, end: TranscriptEnd, last: readonly NewJobEvent[] = [], scrub?: (s: string) => string): Promise<boolean> {
   if (!jobId) return false;
@@ -312,7 +313,16 @@ export async function finishTranscript(db: Conn, jobId: string | null, end: Tran
     await updateJobStatus(tx, jobId, {
       conditions: [{ type: 'Finished', status: 'True', reason: end.state, message: end.detail ?? end.state, at: new Date().toISOString() }],
     });
-    await appendJobEvents(tx, jobId, [...last, { type: 'finished', payload: { outcome, state: end.state, exitCode: end.exitCode, detail: end.detail } }], scrub);
+    await appendJobEvents(
+      tx,
+      jobId,
+      [
+        ...last,
+        { type: 'phase', payload: { phase: 'decision', outcome: end.state, detail: end.detail } },
+        { type: 'finished', payload: { outcome, state: end.state, exitCode: end.exitCode, detail: end.detail } },
+      ],
+      scrub,
+    );
     return true;
   };
   return db.isTransaction ? write(db as Transaction<DB>) : (db as Kysely<DB>).transaction().execute(write);

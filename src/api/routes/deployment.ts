@@ -17,6 +17,7 @@ import { JOB_KIND_NAMES, JOB_KINDS, REQUESTABLE_KINDS } from '../../contracts/jo
 import { putConfigChanges, pendingConfigChanges } from '../../state/platform-config.ts';
 import { INSTALLER_KEYS, isMaskedKey, MASK } from '../../contracts/platform-env.ts';
 import { badRequest, conflict, notFound, unavailable } from '../../errors.ts';
+import { limitParam } from '../limit-param.ts';
 
 export const ACTIONS_LIMIT = { default: 50, max: 500 };
 const SERVICE_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$/;
@@ -60,14 +61,7 @@ const viewJob = (j: JobView): z.infer<typeof jobSchema> => ({
 const jobIdParams = z.object({ jobId: z.uuid({ error: 'must be a job id (a UUID)' }) });
 const accepted = z.object({ jobId: z.string(), kind: z.string(), status: z.literal('queued') });
 
-// Decimal digits only: Number() would also take ' 5', '5.0', '0x10' and '1e2'.
-const limitParam = z
-  .string()
-  .regex(/^\d{1,9}$/, 'must be an integer')
-  .transform(Number)
-  .pipe(z.number().min(1, 'must be at least 1').max(ACTIONS_LIMIT.max, `must be at most ${ACTIONS_LIMIT.max}`))
-  .default(ACTIONS_LIMIT.default)
-  .describe(`Rows to return (default ${ACTIONS_LIMIT.default}, at most ${ACTIONS_LIMIT.max})`);
+const limitQuery = limitParam(ACTIONS_LIMIT, 'Rows');
 
 // The audit rows as sent; `satisfies` ties the type the UI reads (ActionView) to this schema.
 const actionList = z.array(
@@ -240,7 +234,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
       schema: {
         tags: ['deployment'],
         summary: 'Recent jobs, newest first',
-        querystring: z.object({ limit: limitParam }),
+        querystring: z.object({ limit: limitQuery }),
         response: { 200: z.array(jobSchema) },
       },
     },
@@ -338,7 +332,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
         summary: `The audit trail, newest first (limit default ${ACTIONS_LIMIT.default}, at most ${ACTIONS_LIMIT.max})`,
         description:
           'Filters combine with AND. When older rows exist, a `Link: <…>; rel="next"` header gives the URL of the next page (same filters, `before` = the id of the last row); follow it until it is absent. The body is the same array of rows with or without filters.',
-        querystring: z.object({ limit: limitParam, ...actionFilters }),
+        querystring: z.object({ limit: limitQuery, ...actionFilters }),
         response: { 200: actionList },
       },
     },

@@ -109,7 +109,7 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
           const detail = `no self-update controller claimed the request within ${CLAIM_TIMEOUT_MS / 1000} s; nothing was changed`;
           const withdrawn = await db.transaction().execute(async (tx) => {
             if (!(await updateSelfUpdate(tx, requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested']))) return false;
-            await finishTranscript(tx, view!.jobId, { state: 'aborted', detail, exitCode: null }, [{ type: 'phase', payload: { phase: 'decision', outcome: 'aborted', detail } }]);
+            await finishTranscript(tx, view!.jobId, { state: 'aborted', detail, exitCode: null });
             return true;
           });
           if (withdrawn) throw unavailable(`self-update not started: ${detail}`);

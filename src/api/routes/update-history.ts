@@ -6,17 +6,10 @@ import { z } from 'zod';
 import { historyEntryExists, listUpdateHistory } from '../../state/update-history.ts';
 import type { UpdateHistoryEntry } from '../../contracts/update-history.ts';
 import { badRequest } from '../../errors.ts';
+import { limitParam } from '../limit-param.ts';
 
 export const HISTORY_LIMIT = { default: 20, max: 200 };
 
-// Decimal digits only, as the audit trail's limit: Number() would also take ' 5', '5.0' and '1e2'.
-const limitParam = z
-  .string()
-  .regex(/^\d{1,9}$/, 'must be an integer')
-  .transform(Number)
-  .pipe(z.number().min(1, 'must be at least 1').max(HISTORY_LIMIT.max, `must be at most ${HISTORY_LIMIT.max}`))
-  .default(HISTORY_LIMIT.default)
-  .describe(`Updates to return (default ${HISTORY_LIMIT.default}, at most ${HISTORY_LIMIT.max})`);
 
 const entrySchema = z.object({
   requestId: z.string(),
@@ -44,7 +37,7 @@ export const updateHistoryRoutes: FastifyPluginAsyncZod = async (app) => {
         summary: `Self-updates that ran their helper, newest first, with the downtime the installer measured (limit default ${HISTORY_LIMIT.default}, at most ${HISTORY_LIMIT.max})`,
         description: 'When older updates exist, a `Link: <…>; rel="next"` header gives the URL of the next page (`before` = the requestId of the last entry); follow it until it is absent.',
         querystring: z.object({
-          limit: limitParam,
+          limit: limitParam(HISTORY_LIMIT, 'Updates'),
           before: z.uuid({ error: 'must be the requestId of an update (a UUID)' }).optional().describe('Cursor: only updates older than this one (as the `Link: rel="next"` header gives it)'),
         }),
         response: { 200: z.array(entrySchema) },
