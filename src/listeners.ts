@@ -16,13 +16,36 @@ import type { TlsMaterial } from './adapters/tls.ts';
 const TLS_HANDSHAKE = 0x16;
 /** A connection that sends nothing is dropped after this long. */
 const FIRST_BYTE_TIMEOUT_MS = 10_000;
+/**
+ * How long a stopping backend lets the responses in flight finish before it ends their connections
+ * (docs/adr/0036-bounded-drain.md). The API answers in milliseconds; what is still being written
+ * after this is a client that stopped reading, and a self-update's switch waits for this process.
+ */
+export const DRAIN_MS = 1_000;
+
+/**
+ * Closes the app: new connections are refused at once, idle ones closed, and connections whose
+ * response is still being written after DRAIN_MS are ended, on the app's server and on `others`.
+ */
+async function closeWithin(app: FastifyInstance, others: http.Server[] = []): Promise<void> {
+  const closing = app.close();
+  const cut = setTimeout(() => {
+    app.server.closeAllConnections();
+    for (const server of others) server.closeAllConnections();
+  }, DRAIN_MS);
+  try {
+    await closing;
+  } finally {
+    clearTimeout(cut);
+  }
+}
 
 export interface Listeners {
   /** `http://host:port` of the plain HTTP listener. */
   httpAddress: string;
   /** `https://host:port` of the HTTPS listener; null without HTTPS_PORT. */
   httpsAddress: string | null;
-  /** Stops accepting on both, closes the app, then ends what is left of the HTTPS connections. */
+  /** Stops accepting on both, closes the app (DRAIN_MS for responses in flight), then ends what is left of the HTTPS connections. */
   close(): Promise<void>;
 }
 
@@ -63,7 +86,7 @@ function urlOf(scheme: 'http' | 'https', address: AddressInfo): string {
 export async function startListeners(app: FastifyInstance, settings: Pick<Settings, 'HOST' | 'PORT' | 'HTTPS_PORT' | 'HSTS_MAX_AGE_SECONDS'>, tls: TlsMaterial | null, logger: Logger): Promise<Listeners> {
   const httpAddress = await app.listen({ host: settings.HOST, port: settings.PORT });
   if (!tls || settings.HTTPS_PORT === undefined) {
-    return { httpAddress, httpsAddress: null, close: () => app.close() };
+    return { httpAddress, httpsAddress: null, close: () => closeWithin(app) };
   }
 
   const hsts = hstsHeader(tls, settings.HSTS_MAX_AGE_SECONDS);
@@ -110,7 +133,7 @@ export async function startListeners(app: FastifyInstance, settings: Pick<Settin
     async close() {
       const stopped = new Promise<void>((resolve) => front.close(() => resolve()));
       secure.closeIdleConnections();
-      await app.close();
+      await closeWithin(app, [secure]);
       // What the app could not end itself (an open stream, a handshake never finished) ends now.
       for (const socket of open) socket.destroy();
       await stopped;
