@@ -175,7 +175,8 @@ const bench: Bench = async (log) => {
     const to = lines.find((l) => l.text.startsWith('self-update: status rolled-back'));
     if (!from || !to) throw new Error(`helper output lacks the switch or the rollback:\n${lines.map((l) => l.text).join('\n')}`);
     const crashToHealthy = (to.at - from.at) / 1000;
-    log(`crashing build: switch to rollback healthy ${crashToHealthy.toFixed(2)} s (helper ${totalS.toFixed(2)} s)`);
+    log(`crashing build: switch to rollback healthy ${crashToHealthy.toFixed(2)} s (helper ${totalS.toFixed(2)} s); the helper's lines from its switch:`);
+    for (const l of lines.filter((x) => x.at >= from.at)) log(`  ${((l.at - from.at) / 1000).toFixed(2).padStart(6)} s  ${l.text.slice(0, 140)}`);
 
     const ratio = median(outages) / median(minimal);
     const figures: Figure[] = [

@@ -77,6 +77,13 @@ describe('the installer stack (dev compose file, real engine, local registry)', 
     const viewer = await fetch(`${stack!.baseUrl}/api/docs/`);
     expect(viewer.status).toBe(200);
     expect(await viewer.text()).toContain('swagger-ui');
+    // The viewer's files come from its package in node_modules, which the bundle points at.
+    const script = await fetch(`${stack!.baseUrl}/api/docs/static/swagger-ui-bundle.js`);
+    expect(script.status).toBe(200);
+    expect((await script.arrayBuffer()).byteLength).toBeGreaterThan(100_000);
+    const logo = await fetch(`${stack!.baseUrl}/api/docs/static/logo.svg`);
+    expect(logo.status).toBe(200);
+    expect(await logo.text()).toContain('<svg');
   });
 
   it("starts from the compile cache the image was built with (V8 accepts it under the CMD's own flags)", async () => {
