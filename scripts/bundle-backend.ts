@@ -29,21 +29,17 @@ const EXTERNAL = ['@electric-sql/pglite', 'pg-native', 'ssh2', 'cpu-features'];
 // from there. @fastify/swagger-ui reads its viewer's static files so; from node_modules it loaded a
 // second copy of @fastify/static and glob when the app registered it, 70-120 ms of every start.
 const FILES_BESIDE_CODE = ['@fastify/swagger-ui'];
+const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+// A module of one of those packages, with the package's root and name.
+const MODULE_OF = new RegExp(`^(.*[\\\\/]node_modules[\\\\/](${FILES_BESIDE_CODE.map(escapeRegExp).join('|')}))[\\\\/].*\\.js$`);
 const dirnameOfInstalledCopy: Plugin = {
   name: 'dirname-of-installed-copy',
   setup(b) {
-    b.onLoad({ filter: /\.js$/ }, async (args) => {
-      const at = args.path.split(path.sep).join('/');
-      const pkg = FILES_BESIDE_CODE.find((p) => at.includes(`/node_modules/${p}/`));
-      if (!pkg) return undefined;
-      const inPackage = at.slice(at.lastIndexOf(`/node_modules/${pkg}/`) + `/node_modules/${pkg}/`.length);
-      const dir = path.posix.dirname(`${pkg}/${inPackage}`);
-      const contents = await readFile(args.path, 'utf8');
-      return {
-        contents: `var __dirname = require('node:path').join(require('node:path').dirname(require.resolve(${JSON.stringify(`${pkg}/package.json`)})), ${JSON.stringify(path.posix.relative(pkg, dir))});\n${contents}`,
-        loader: 'js',
-        resolveDir: path.dirname(args.path),
-      };
+    b.onLoad({ filter: MODULE_OF }, async (args) => {
+      const [, root, pkg] = MODULE_OF.exec(args.path)!;
+      const inPackage = path.relative(root!, path.dirname(args.path));
+      const dirname = `require('node:path').join(require('node:path').dirname(require.resolve(${JSON.stringify(`${pkg}/package.json`)})), ${JSON.stringify(inPackage)})`;
+      return { contents: `var __dirname = ${dirname};\n${await readFile(args.path, 'utf8')}`, loader: 'js', resolveDir: path.dirname(args.path) };
     });
   },
 };
