@@ -11,6 +11,7 @@
 import { build, type Plugin } from 'esbuild';
 import { readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 const dist = process.argv[2];
 if (!dist) {
@@ -44,22 +45,61 @@ const dirnameOfInstalledCopy: Plugin = {
   },
 };
 
-// Parts of the Docker client the installer never uses, which load heavy packages at import:
-// dockerode's BuildKit sessions (gRPC and protobuf; only buildImage uses them) and docker-modem's SSH
-// transport (ssh2; the installer reaches the engine on its Unix socket, src/adapters/docker-engine.ts).
-// Together they were over a quarter of the start-up's CPU.
+// Parts of packages the installer never uses, which load heavy packages at import or fill the bundle:
+// dockerode's BuildKit sessions and status decoding (gRPC and protobuf; only buildImage and
+// Docker.followProgress use them; the installer follows pulls with docker.modem.followProgress),
+// docker-modem's SSH transport (ssh2; the installer reaches the engine on its Unix socket,
+// src/adapters/docker-engine.ts), and the file listing @fastify/static makes only with
+// `wildcard: false` (glob; neither the UI nor the API docs register it so). The Docker parts were
+// over a quarter of the start-up's CPU; protobufjs and glob were 350 KB of the bundle, and glob was
+// evaluated at every start. Each stub throws if its part is ever reached.
 const UNUSED: { pkg: string; request: string; stub: string }[] = [
   { pkg: 'dockerode', request: './session', stub: "module.exports = function withSession() { throw new Error('BuildKit sessions are not part of the installer bundle'); };" },
+  { pkg: 'dockerode', request: './buildkit', stub: "module.exports = { followProgress() { throw new Error('Docker.followProgress (BuildKit status decoding) is not part of the installer bundle: use docker.modem.followProgress'); } };" },
   { pkg: 'docker-modem', request: './ssh', stub: "module.exports = function sshAgent() { throw new Error('SSH connections to the engine are not part of the installer bundle'); };" },
+  { pkg: '@fastify/static', request: 'glob', stub: "module.exports = { glob() { throw new Error('@fastify/static with wildcard: false is not part of the installer bundle'); } };" },
 ];
-const noUnusedDockerParts: Plugin = {
-  name: 'no-unused-docker-parts',
+const UNUSED_REQUEST = new RegExp(`^(${[...new Set(UNUSED.map((u) => escapeRegExp(u.request)))].join('|')})$`);
+const noUnusedParts: Plugin = {
+  name: 'no-unused-parts',
   setup(b) {
-    b.onResolve({ filter: /^\.\/(session|ssh)$/ }, (args) => {
+    b.onResolve({ filter: UNUSED_REQUEST }, (args) => {
       const i = UNUSED.findIndex((u) => u.request === args.path && args.importer.includes(`${path.sep}${u.pkg}${path.sep}`));
       return i < 0 ? undefined : { path: String(i), namespace: 'stub' };
     });
     b.onLoad({ filter: /.*/, namespace: 'stub' }, (args) => ({ contents: UNUSED[Number(args.path)]!.stub, loader: 'js' }));
+  },
+};
+
+// Packages installed more than once at the same version (npm nests a copy under each dependent when
+// another major sits at the top): the bundle takes one copy of each version instead of one per
+// dependent. ajv 8 was bundled three times, for fastify's validator and serializer compilers and
+// ajv-formats, and each copy was evaluated at start-up. The copies and their versions are read from
+// package-lock.json; a copy the lock does not list stops the build.
+const ONE_COPY = ['ajv'];
+const lock = JSON.parse(await readFile(new URL('../package-lock.json', import.meta.url), 'utf8')) as { packages: Record<string, { version?: string }> };
+/** For each package of ONE_COPY, its installed copies (absolute roots, longest first) and the one kept for each version. */
+const copies = new Map(ONE_COPY.map((name) => {
+  const roots = Object.entries(lock.packages)
+    .filter(([key]) => key === `node_modules/${name}` || key.endsWith(`/node_modules/${name}`))
+    .map(([key, meta]) => ({ root: path.resolve(fileURLToPath(new URL('..', import.meta.url)), key), version: meta.version! }));
+  const kept = new Map<string, string>();
+  for (const { root, version } of [...roots].sort((a, b) => a.root.localeCompare(b.root))) if (!kept.has(version)) kept.set(version, root);
+  return [name, { roots: roots.sort((a, b) => b.root.length - a.root.length), kept }];
+}));
+const ONE_COPY_REQUEST = new RegExp(`^(${ONE_COPY.map(escapeRegExp).join('|')})(/.*)?$`);
+const oneCopyPerVersion: Plugin = {
+  name: 'one-copy-per-version',
+  setup(b) {
+    b.onResolve({ filter: ONE_COPY_REQUEST }, async (args) => {
+      if (args.pluginData === oneCopyPerVersion) return undefined;
+      const resolved = await b.resolve(args.path, { kind: args.kind, importer: args.importer, resolveDir: args.resolveDir, pluginData: oneCopyPerVersion });
+      if (resolved.errors.length > 0) return { errors: resolved.errors };
+      const { roots, kept } = copies.get(ONE_COPY_REQUEST.exec(args.path)![1]!)!;
+      const copy = roots.find((r) => resolved.path.startsWith(r.root + path.sep));
+      if (!copy) return { errors: [{ text: `${args.path} resolved to ${resolved.path}, a copy package-lock.json does not list` }] };
+      return { ...resolved, path: kept.get(copy.version)! + resolved.path.slice(copy.root.length) };
+    });
   },
 };
 
@@ -85,7 +125,7 @@ const result = await build({
   format: 'esm',
   target: 'node24',
   external: EXTERNAL,
-  plugins: [noUnusedDockerParts, builtinsByRequire, dirnameOfInstalledCopy],
+  plugins: [noUnusedParts, oneCopyPerVersion, builtinsByRequire, dirnameOfInstalledCopy],
   // CommonJS packages inside an ES module still call require() for Node's built-ins.
   banner: { js: "import { createRequire as __bundleRequire } from 'node:module'; const require = __bundleRequire(import.meta.url);" },
   minifyWhitespace: true,

@@ -99,6 +99,15 @@ describe('the installer stack (dev compose file, real engine, local registry)', 
     expect(out).not.toMatch(/bundle\/main\.js was rejected/);
   });
 
+  it('bundles one copy of each package version, and none of the parts it stubs out', async () => {
+    const r = await run('docker', ['run', '--rm', '--entrypoint', 'cat', ref, '/usr/src/app/dist/src/bundle/main.js']);
+    const bundle = r.stdout;
+    expect(bundle.length).toBeGreaterThan(1_000_000);
+    // ajv 8 is installed three times (under fastify's compilers and ajv-formats); the bundle holds one.
+    expect(bundle.match(/"node_modules\/[^"]*ajv\/dist\/core\.js"/g)).toHaveLength(1);
+    for (const absent of ['node_modules/protobufjs/', 'node_modules/@grpc/', 'node_modules/glob/', 'node_modules/ssh2/']) expect(bundle).not.toContain(absent);
+  });
+
   it('sits on the platform network as installer-backend and keeps its secrets out of the logs', async () => {
     const backend = JSON.parse(await docker(['inspect', 'installer-backend']))[0];
     expect(backend.NetworkSettings.Networks.platform.Aliases).toContain('installer-backend');
