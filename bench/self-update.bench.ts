@@ -91,6 +91,21 @@ async function engineEvents(sinceMs: number, untilMs: number, names: RegExp): Pr
     .map((e) => ({ at: e.timeNano / 1e6, what: `${e.Actor.Attributes.name} ${e.Action}` }));
 }
 
+/**
+ * Where one update's outage went, from the engine's events of the backend: its last answer to the
+ * old container's `die`, to the old one removed, to the new one started, to its first answer.
+ */
+function switchSteps(events: { at: number; what: string }[], down: { lastOk: number; firstOk: number }): string {
+  const at = (action: string, after: number) => events.find((e) => e.what === `installer-backend ${action}` && e.at >= after)?.at;
+  const kill = at('kill', down.lastOk - 5_000);
+  const die = kill === undefined ? undefined : at('die', kill);
+  const destroy = die === undefined ? undefined : at('destroy', die);
+  const start = destroy === undefined ? undefined : at('start', destroy);
+  if (kill === undefined || die === undefined || destroy === undefined || start === undefined) return 'the engine events of the switch are incomplete';
+  const s = (from: number, to: number) => `${((to - from) / 1000).toFixed(2)} s`;
+  return `last answer → die ${s(down.lastOk, die)}, → removed ${s(die, destroy)}, → new started ${s(destroy, start)}, → first answer ${s(start, down.firstOk)} (kill → last answer ${s(kill, down.lastOk)})`;
+}
+
 /** The minimal service, five switches with the helper's compose command; its outage for each. */
 async function minimalOutages(log: (m: string) => void): Promise<number[]> {
   const port = await freePort();
@@ -151,9 +166,9 @@ const bench: Bench = async (log) => {
       const { totalS, startedAt } = await helperTimes();
       outages.push(down.s);
       helpers.push(totalS);
-      log(`update ${k}: outage ${down.s.toFixed(2)} s, helper ${totalS.toFixed(2)} s`);
+      const events = await engineEvents(startedAt - 1_000, startedAt + totalS * 1000 + 1_000, /^installer-/);
+      log(`update ${k}: outage ${down.s.toFixed(2)} s, helper ${totalS.toFixed(2)} s; ${switchSteps(events, down)}`);
       if (k === 1) {
-        const events = await engineEvents(startedAt - 1_000, startedAt + totalS * 1000 + 1_000, /^installer-/);
         const rel = (at: number) => `${((at - startedAt) / 1000).toFixed(2).padStart(6)} s`;
         timeline = [
           ...events.map((e) => ({ at: e.at, line: `${rel(e.at)}  ${e.what}` })),
