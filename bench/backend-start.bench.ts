@@ -5,14 +5,14 @@
 // in the figure) against a migrated database of the machine's Postgres, its secrets in a volume
 // from a first start, as a switch finds them. Median of 12 starts, each of a new container.
 import { randomBytes } from 'node:crypto';
+import { median } from './stats.ts';
 import type { Bench } from './run.ts';
 import { ensureRig, freePort, must, run } from '../test/helpers/e2e/rig.ts';
 import { createTestDatabase } from '../test/helpers/shared/db.ts';
+import { eventually } from '../test/helpers/shared/eventually.ts';
 import { ROOT } from '../test/helpers/shared/process.ts';
 
 const RUNS = 12;
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const bench: Bench = async (log) => {
   await ensureRig();
@@ -32,20 +32,19 @@ const bench: Bench = async (log) => {
     try {
       const commandAt = Date.now();
       const started = must('docker', ['start', id]);
-      let answeredAt = 0;
-      while (!answeredAt) {
-        try {
+      started.catch(() => {}); // awaited below, once the answer came or the wait gave up
+      const answeredAt = await eventually(
+        async () => {
           const res = await fetch(health, { signal: AbortSignal.timeout(1_000) });
-          if (res.ok) answeredAt = Date.now();
           await res.body?.cancel();
-        } catch {
-          /* not yet */
-        }
-        if (!answeredAt) {
-          if (Date.now() - commandAt > 60_000) throw new Error(`no healthy answer within 60 s:\n${(await run('docker', ['logs', id])).stdout}`);
-          await sleep(5);
-        }
-      }
+          return res.ok && Date.now();
+        },
+        `a healthy answer from ${image}`,
+        60_000,
+        5,
+      ).catch(async (err: Error) => {
+        throw new Error(`${err.message}\n${(await run('docker', ['logs', id])).stdout}`);
+      });
       await started;
       const startedAt = Date.parse(JSON.parse(await must('docker', ['inspect', id]))[0].State.StartedAt);
       return { fromStarted: answeredAt - startedAt, fromCommand: answeredAt - commandAt };

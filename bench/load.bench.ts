@@ -26,6 +26,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { median } from './stats.ts';
 import type { Bench, Figure } from './run.ts';
 import { NODE, ROOT } from '../test/helpers/shared/process.ts';
 import { createTestDatabase, type TestDatabase } from '../test/helpers/shared/db.ts';
@@ -62,7 +63,6 @@ const SECRETS = {
 };
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 // ---------------------------------------------------------------- processes
 

@@ -11,13 +11,13 @@ import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { median } from './stats.ts';
 import type { Bench, Figure } from './run.ts';
 import { ensureRig, freePort, must, run } from '../test/helpers/e2e/rig.ts';
 import { ROOT } from '../test/helpers/shared/process.ts';
 import { helperExit, HELPER, Images, startInstaller, type InstallerUnderTest } from '../test/helpers/e2e/self-update-rig.ts';
 
 const RUNS = 5;
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const MINIMAL_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), 'minimal-service');
 
