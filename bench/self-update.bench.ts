@@ -2,8 +2,9 @@
 // images built by scripts/build-image.sh), each next to the physical limit measured in the same run:
 // - the outage of a successful update as a client polling /api/health every 100 ms sees it, and the
 //   outage of a minimal Node HTTP service (bench/minimal-service: same base image, healthcheck style,
-//   init and stop signal) switched by the same `docker compose up -d --wait --wait-timeout 300`;
-//   median of 5 each, and their ratio;
+//   init and stop signal, and a neighbour on its network as the backend has its database) switched by
+//   the same `docker compose up -d --wait --wait-timeout 300`; median of 5 each, and their ratio;
+//   each switch's outage broken into the engine's steps;
 // - the helper's total time (container start to exit);
 // - from the switch to a crashing build to the rollback being healthy (helper timestamps);
 // - the engine's events of one update, relative to the helper's start.
@@ -92,11 +93,11 @@ async function engineEvents(sinceMs: number, untilMs: number, names: RegExp): Pr
 }
 
 /**
- * Where one update's outage went, from the engine's events of the backend: its last answer to the
- * old container's `die`, to the old one removed, to the new one started, to its first answer.
+ * Where one switch's outage went, from the engine's events of the switched container: its last answer
+ * to the old container's `die`, to the old one removed, to the new one started, to its first answer.
  */
-function switchSteps(events: { at: number; what: string }[], down: { lastOk: number; firstOk: number }): string {
-  const at = (action: string, after: number) => events.find((e) => e.what === `installer-backend ${action}` && e.at >= after)?.at;
+function switchSteps(container: string, events: { at: number; what: string }[], down: { lastOk: number; firstOk: number }): string {
+  const at = (action: string, after: number) => events.find((e) => e.what === `${container} ${action}` && e.at >= after)?.at;
   const kill = at('kill', down.lastOk - 5_000);
   const die = kill === undefined ? undefined : at('die', kill);
   const destroy = die === undefined ? undefined : at('destroy', die);
@@ -122,15 +123,18 @@ async function minimalOutages(log: (m: string) => void): Promise<number[]> {
   rmSync(context, { recursive: true, force: true });
   const outages: number[] = [];
   try {
+    await compose('v0', ['up', '-d', 'peer']);
     await compose('v0', ['up', '-d', '--wait', '--wait-timeout', '300', 'web']);
     for (let k = 1; k <= RUNS; k++) {
       const poller = healthPoller(`http://127.0.0.1:${port}`);
       await sleep(500);
+      const switchedAt = Date.now();
       await compose(`v${k}`, ['up', '-d', '--wait', '--wait-timeout', '300', 'web']);
       await sleep(500);
-      const { s } = await poller.stop();
-      outages.push(s);
-      log(`minimal service switch ${k}: outage ${s.toFixed(2)} s`);
+      const down = await poller.stop();
+      outages.push(down.s);
+      const events = await engineEvents(switchedAt - 1_000, Date.now(), /^bench-minimal-web$/);
+      log(`minimal service switch ${k}: outage ${down.s.toFixed(2)} s; ${switchSteps('bench-minimal-web', events, down)}`);
     }
   } finally {
     await run('docker', ['compose', '-p', 'bench-minimal', '-f', path.join(MINIMAL_DIR, 'docker-compose.yml'), 'down', '--remove-orphans'], { env: { VERSION: 'v0', PORT: String(port) } });
@@ -167,7 +171,7 @@ const bench: Bench = async (log) => {
       outages.push(down.s);
       helpers.push(totalS);
       const events = await engineEvents(startedAt - 1_000, startedAt + totalS * 1000 + 1_000, /^installer-/);
-      log(`update ${k}: outage ${down.s.toFixed(2)} s, helper ${totalS.toFixed(2)} s; ${switchSteps(events, down)}`);
+      log(`update ${k}: outage ${down.s.toFixed(2)} s, helper ${totalS.toFixed(2)} s; ${switchSteps('installer-backend', events, down)}`);
       if (k === 1) {
         const rel = (at: number) => `${((at - startedAt) / 1000).toFixed(2).padStart(6)} s`;
         timeline = [
