@@ -1,5 +1,6 @@
 // Builds the Fastify app: external plugins, then auth and error handling, then one plugin per
 // resource inside a child context that owns the zod compilers.
+import { randomUUID } from 'node:crypto';
 import Fastify, { LogController, type FastifyInstance, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify';
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
@@ -80,6 +81,8 @@ declare module 'fastify' {
     deps: AppDeps;
     routeTable: RouteEntry[];
     users: UserDirectory;
+    /** This process's id, sent as `x-installer-instance` (routes/health.ts): random, new at each start. */
+    instance: string;
   }
 }
 
@@ -130,6 +133,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
   });
   app.decorate('deps', deps);
+  app.decorate('instance', randomUUID());
   const users = deps.users ?? userDirectory(deps.database);
   app.decorate('users', users);
   // Every route with the role it needs: the access-matrix test is generated from this table.

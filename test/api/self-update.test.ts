@@ -13,6 +13,7 @@ import { currentMigration } from '../../src/db/migrate.ts';
 import { getSelfUpdate, listSelfUpdates, pendingReconciliation as pendingReconciliationOf } from '../../src/state/self-update.ts';
 import { Sealer } from '../../src/state/platform-config.ts';
 import { listQuarantine } from '../../src/state/update-policy.ts';
+import { INSTANCE_HEADER } from '../../src/api/routes/health.ts';
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };
@@ -104,6 +105,10 @@ describe('POST /api/system/self-update', () => {
     expect(body).toMatchObject({ started: true, targetDigest: 'sha256:new' });
     expect(body.message).toContain('installer-self-updater');
     expect(body.message).toContain('one to three minutes');
+    // The answer names the process being replaced, as its health answers do: the overlay's baseline.
+    const health = await t.app.inject({ method: 'GET', url: '/api/health' });
+    expect(res.headers[INSTANCE_HEADER]).toMatch(/^[0-9a-f-]{36}$/);
+    expect(res.headers[INSTANCE_HEADER]).toBe(health.headers[INSTANCE_HEADER]);
 
     const e = t.engine;
     expect(e.tags.get(`${REPO}:rollback`)).toBe('img-old');

@@ -76,8 +76,10 @@ async function standIn(page: Page, opts: { realStart?: boolean } = {}): Promise<
     await page.route('**/api/system/self-update', async (route: Route) => {
       if (route.request().method() !== 'POST') return route.fallback();
       s.starts++;
+      // The process that accepts the update names itself, as its health answers do.
       await route.fulfill({
         json: { started: true, targetDigest: REMOTE, message: `Preflight passed; installer-self-updater is switching the installer to prod-latest (${REMOTE}).` },
+        headers: s.instance ? { 'x-installer-instance': s.instance } : {},
       });
     });
   }
@@ -230,14 +232,26 @@ describe('restart overlay', () => {
     }
   });
 
-  it('a switch between two polls shows as another process answering: it reloads at that answer', async () => {
+  /**
+   * A viewer confirms the update while the stand-in answers as `instance` (the start and health
+   * alike); `then` drives the clock from the confirmation, given its time.
+   */
+  async function confirmedAs(instance: string, then: (page: Page, s: Stand, started: number) => Promise<void>) {
     const { context, page } = await newPage(browser);
     try {
       await useToken(context, await t.token('viewer'));
       const s = await standIn(page);
-      s.instance = 'old-backend';
+      s.instance = instance;
       await openApp(page, s);
-      const started = await startUpdate(page, s);
+      await then(page, s, await startUpdate(page, s));
+      await page.clock.resume();
+    } finally {
+      await context.close();
+    }
+  }
+
+  it('a switch between two polls shows as another process answering: it reloads at that answer', async () => {
+    await confirmedAs('old-backend', async (page, s, started) => {
       await advance(page, 3_000);
       await poll(() => s.health.length).toBe(1);
       await advance(page, 3_000);
@@ -248,21 +262,22 @@ describe('restart overlay', () => {
       await advance(page, 3_000);
       await poll(() => s.documents).toBe(2);
       expect(s.health.map((h) => h.at - started)).toEqual([3_000, 6_000, 9_000]);
-      await page.clock.resume();
-    } finally {
-      await context.close();
-    }
+    });
+  });
+
+  it('a switch done before the first poll shows as another process than the one that accepted the update: it reloads at that first answer', async () => {
+    await confirmedAs('old-backend', async (page, s, started) => {
+      // The whole switch fell within the first poll interval: the first answer is already the new process.
+      s.instance = 'new-backend';
+      await advance(page, 3_000);
+      await poll(() => s.documents).toBe(2);
+      expect(s.health.map((h) => h.at - started)).toEqual([3_000]);
+    });
   });
 
   it('without a gap it waits about 20 s before reloading', async () => {
-    const { context, page } = await newPage(browser);
-    try {
-      await useToken(context, await t.token('viewer'));
-      const s = await standIn(page);
-      // The same process answers every time: nothing was replaced.
-      s.instance = 'the-only-backend';
-      await openApp(page, s);
-      const started = await startUpdate(page, s);
+    // The same process answers every time: nothing was replaced.
+    await confirmedAs('the-only-backend', async (page, s, started) => {
       for (let i = 1; i <= 6; i++) {
         await advance(page, 3_000);
         await poll(() => s.health.length).toBe(i);
@@ -273,10 +288,7 @@ describe('restart overlay', () => {
       await advance(page, 3_000);
       await poll(() => s.documents).toBe(2);
       expect(s.health.map((h) => h.at - started)).toEqual([3_000, 6_000, 9_000, 12_000, 15_000, 18_000, 21_000]);
-      await page.clock.resume();
-    } finally {
-      await context.close();
-    }
+    });
   });
 
   it('gives up after 10 minutes with what to do next', async () => {

@@ -1,8 +1,8 @@
 // GET /api/health needs no token: the update overlay polls it while the backend restarts and
 // the container healthcheck calls it (docs/adr/0003-health-without-auth.md). Every answer names
 // the process that gave it (a random id, nothing about the build): the overlay knows the backend
-// was replaced even when the gap fell between two of its polls (docs/adr/0034-restart-seen-by-instance.md).
-import { randomUUID } from 'node:crypto';
+// was replaced even when the gap fell between two of its polls, or before its first one, since the
+// answer that started the update names its process too (docs/adr/0034-restart-seen-by-instance.md).
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { DatabaseProbe } from '../../state/health.ts';
@@ -14,7 +14,6 @@ export const healthSchema = z.object({ status: z.enum(['ok', 'error']), db: z.en
 
 export const healthRoutes: FastifyPluginAsyncZod = async (app) => {
   const probe = new DatabaseProbe(app.deps.database.db);
-  const instance = randomUUID();
   app.get(
     '/api/health',
     {
@@ -29,7 +28,7 @@ export const healthRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (_req, reply) => {
-      void reply.header(INSTANCE_HEADER, instance);
+      void reply.header(INSTANCE_HEADER, app.instance);
       const up = await probe.up();
       if (up) return { status: 'ok' as const, db: 'up' as const };
       return reply.status(503).send({ status: 'error', db: 'down' });

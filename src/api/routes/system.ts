@@ -8,6 +8,7 @@ import { ageFields, freshness } from '../observed-reads.ts';
 import { ageOf, readFresh } from '../../state/observed.ts';
 import { failedTargetWarning, finishTranscript, getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, updateSelfUpdate, type SelfUpdateView } from '../../state/self-update.ts';
 import { AppError, badRequest, conflict, unavailable } from '../../errors.ts';
+import { INSTANCE_HEADER } from './health.ts';
 
 const lastUpdateSchema = z.object({
   status: z.string().nullable().describe('started, completed, rolled-back, neither or undecided; null if never updated'),
@@ -94,6 +95,9 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
+      // The process being replaced names itself, as in GET /api/health: the overlay then knows a
+      // switch that finished before its first poll (docs/adr/0034-restart-seen-by-instance.md).
+      void reply.header(INSTANCE_HEADER, app.instance);
       const actor = req.actor();
       const requestId = await requestSelfUpdate(db, actor);
       req.log.info({ requestId, actor: actor.id }, 'self-update requested');

@@ -163,6 +163,12 @@ export interface SelfUpdateStart {
   jobId?: string | null;
 }
 
+/** A started update as the UI keeps it: the answer's body, and the process that gave the answer. */
+export interface StartedUpdate extends SelfUpdateStart {
+  /** Its `x-installer-instance` header, the process being replaced; null when it sent none (an older backend). */
+  replacing: string | null;
+}
+
 export interface VersionInfo {
   inContainer: boolean;
   image: string | null;

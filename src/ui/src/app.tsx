@@ -1,7 +1,7 @@
 // The shell: sign-in gate, header (navigation, update pill, user), and the pages.
 import { createContext } from 'preact';
 import { useContext, useEffect, useState } from 'preact/hooks';
-import { api, ApiError, hasRole, onUnauthorized, session, type Me, type SelfUpdateCheck, type SelfUpdateStart } from './api.ts';
+import { api, ApiError, hasRole, onUnauthorized, session, type Me, type SelfUpdateCheck, type StartedUpdate } from './api.ts';
 import { Link, match, navigate, useLocation, usePageChange } from './router.tsx';
 import { UpdateChecker } from './update.ts';
 import { RestartOverlay, UpdatePill } from './components/update.tsx';
@@ -99,7 +99,7 @@ function SignedIn(props: { me: Me; onMe: (me: Me) => void; onSignOut: () => void
   const loc = useLocation();
   const [check, setCheck] = useState<SelfUpdateCheck | null>(null);
   const [checkError, setCheckError] = useState<string | null>(null);
-  const [updating, setUpdating] = useState<SelfUpdateStart | null>(null);
+  const [updating, setUpdating] = useState<StartedUpdate | null>(null);
 
   useEffect(() => {
     const checker = new UpdateChecker<SelfUpdateCheck>({

@@ -157,10 +157,18 @@ export interface RestartWatcherOptions {
   /** One health check. May reject; rejects count as down. */
   probe: (signal: AbortSignal) => Promise<HealthAnswer>;
   reload: () => void;
+  /**
+   * The process that accepted the update, when it named itself: a healthy answer from another one
+   * is the switch done, even at the first poll (a switch finished within one poll interval).
+   */
+  replacing?: string | null;
   onChange?: (s: WatchState) => void;
   timing?: Partial<UpdateTiming>;
   clock?: Clock;
 }
+
+/** The header naming the process that answered (docs/adr/0034-restart-seen-by-instance.md). */
+export const INSTANCE_HEADER = 'x-installer-instance';
 
 export class RestartWatcher {
   private readonly t: UpdateTiming;
@@ -172,7 +180,7 @@ export class RestartWatcher {
   constructor(private readonly o: RestartWatcherOptions) {
     this.t = { ...UPDATE_TIMING, ...o.timing };
     this.clock = o.clock ?? globalClock;
-    this.s = { phase: 'waiting', startedAt: 0, elapsedMs: 0, polls: 0, failures: 0, sawDown: false, instance: null, last: null };
+    this.s = { phase: 'waiting', startedAt: 0, elapsedMs: 0, polls: 0, failures: 0, sawDown: false, instance: o.replacing ?? null, last: null };
   }
 
   get state(): WatchState {
@@ -255,7 +263,7 @@ export interface HealthAnswer {
 
 export async function healthProbe(signal: AbortSignal): Promise<HealthAnswer> {
   const res = await fetch('/api/health', { cache: 'no-store', signal });
-  const instance = res.headers.get('x-installer-instance');
+  const instance = res.headers.get(INSTANCE_HEADER);
   if (!res.ok) return { ok: false, instance };
   const body = (await res.json()) as { status?: string };
   return { ok: body.status === 'ok', instance };

@@ -1,11 +1,11 @@
 // The header pill `Manager update available`, its confirmation dialog and the restart overlay.
 import { useEffect, useLayoutEffect, useState } from 'preact/hooks';
-import { api, ApiError, type SelfUpdateCheck, type SelfUpdateStart } from '../api.ts';
+import { ApiError, request, type SelfUpdateCheck, type SelfUpdateStart, type StartedUpdate } from '../api.ts';
 import { duration, shortDigest, time } from '../format.ts';
-import { healthProbe, RestartWatcher, type WatchState } from '../update.ts';
+import { healthProbe, INSTANCE_HEADER, RestartWatcher, type WatchState } from '../update.ts';
 import { Dialog, useModal } from './common.tsx';
 
-export function UpdatePill(props: { check: SelfUpdateCheck | null; onStarted: (r: SelfUpdateStart) => void }) {
+export function UpdatePill(props: { check: SelfUpdateCheck | null; onStarted: (r: StartedUpdate) => void }) {
   const [open, setOpen] = useState(false);
   const c = props.check;
   if (c?.lastUpdate?.status === 'started') {
@@ -33,7 +33,7 @@ export function UpdatePill(props: { check: SelfUpdateCheck | null; onStarted: (r
   );
 }
 
-function UpdateDialog(props: { check: SelfUpdateCheck; onClose: () => void; onStarted: (r: SelfUpdateStart) => void }) {
+function UpdateDialog(props: { check: SelfUpdateCheck; onClose: () => void; onStarted: (r: StartedUpdate) => void }) {
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<unknown>(null);
   const [result, setResult] = useState<SelfUpdateStart | null>(null);
@@ -41,7 +41,8 @@ function UpdateDialog(props: { check: SelfUpdateCheck; onClose: () => void; onSt
     setBusy(true);
     setError(null);
     try {
-      const r = await api<SelfUpdateStart>('/api/system/self-update', { method: 'POST' });
+      const res = await request('/api/system/self-update', { method: 'POST' });
+      const r: StartedUpdate = { ...((await res.json()) as SelfUpdateStart), replacing: res.headers.get(INSTANCE_HEADER) };
       if (r.started) props.onStarted(r);
       else setResult(r);
     } catch (err) {
@@ -86,7 +87,7 @@ function UpdateDialog(props: { check: SelfUpdateCheck; onClose: () => void; onSt
   );
 }
 
-export function RestartOverlay(props: { start: SelfUpdateStart; reload?: () => void }) {
+export function RestartOverlay(props: { start: StartedUpdate; reload?: () => void }) {
   const [s, setS] = useState<WatchState | null>(null);
   const [now, setNow] = useState(Date.now());
   // A layout effect runs right after the first render (a plain effect waits for a frame): the
@@ -96,7 +97,7 @@ export function RestartOverlay(props: { start: SelfUpdateStart; reload?: () => v
     // helper's output and the outcome are written by the backend that comes up.
     const jobId = props.start.jobId;
     const reload = props.reload ?? (() => (jobId ? location.assign(`/jobs/${encodeURIComponent(jobId)}`) : location.reload()));
-    const watcher = new RestartWatcher({ probe: healthProbe, reload, onChange: setS }).start();
+    const watcher = new RestartWatcher({ probe: healthProbe, reload, replacing: props.start.replacing, onChange: setS }).start();
     return () => watcher.stop();
   }, []);
   useEffect(() => {
