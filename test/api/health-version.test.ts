@@ -3,7 +3,7 @@ import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { buildApp } from '../../src/api/app.ts';
 import { openDatabase } from '../../src/db/database.ts';
 import { createLogger } from '../../src/logger.ts';
-import { INSTANCE_HEADER } from '../../src/api/routes/health.ts';
+import { INSTANCE_HEADER } from '../../src/contracts/instance.ts';
 
 let t: TestApp;
 beforeAll(async () => {

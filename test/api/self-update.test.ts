@@ -13,7 +13,7 @@ import { currentMigration } from '../../src/db/migrate.ts';
 import { getSelfUpdate, listSelfUpdates, pendingReconciliation as pendingReconciliationOf } from '../../src/state/self-update.ts';
 import { Sealer } from '../../src/state/platform-config.ts';
 import { listQuarantine } from '../../src/state/update-policy.ts';
-import { INSTANCE_HEADER } from '../../src/api/routes/health.ts';
+import { INSTANCE_HEADER } from '../../src/contracts/instance.ts';
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };

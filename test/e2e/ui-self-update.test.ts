@@ -15,6 +15,7 @@ import { removeLeftovers } from '../helpers/e2e/stack.ts';
 import { chosenPassword } from '../helpers/e2e/first-admin.ts';
 import { ensureUiBuilt, launchChromium, newPage, shoot } from '../helpers/e2e/ui.ts';
 import type { UpdateHistoryEntry } from '../../src/contracts/update-history.ts';
+import { INSTANCE_HEADER } from '../../src/contracts/instance.ts';
 
 const workDir = mkdtempSync(path.join(tmpdir(), 'installer-try-'));
 let env: Record<string, string> = {};
@@ -71,7 +72,7 @@ function watchHealth(p: Page): HealthSeen {
     const start = r.url().endsWith('/api/system/self-update') && r.request().method() === 'POST';
     if (!start && !r.url().endsWith('/api/health')) return;
     if (!start && r.status() >= 500) seen.failed++;
-    const instance = r.headers()['x-installer-instance'];
+    const instance = r.headers()[INSTANCE_HEADER];
     if (instance && !seen.instances.includes(instance)) seen.instances.push(instance);
   });
   return seen;

@@ -11,6 +11,7 @@ import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
 import { ensureUiBuilt, launchChromium, newPage, shoot, useToken } from '../helpers/e2e/ui.ts';
 import { finishJob } from '../../src/state/jobs.ts';
+import { INSTANCE_HEADER } from '../../src/contracts/instance.ts';
 
 const CURRENT = `sha256:${'a1'.repeat(32)}`;
 const REMOTE = `sha256:${'b2'.repeat(32)}`;
@@ -79,13 +80,13 @@ async function standIn(page: Page, opts: { realStart?: boolean } = {}): Promise<
       // The process that accepts the update names itself, as its health answers do.
       await route.fulfill({
         json: { started: true, targetDigest: REMOTE, message: `Preflight passed; installer-self-updater is switching the installer to prod-latest (${REMOTE}).` },
-        headers: s.instance ? { 'x-installer-instance': s.instance } : {},
+        headers: s.instance ? { [INSTANCE_HEADER]: s.instance } : {},
       });
     });
   }
   await page.route('**/api/health', async (route: Route) => {
     s.health.push({ at: await page.evaluate(() => Date.now()).catch(() => -1) });
-    if (s.healthUp) await route.fulfill({ json: { status: 'ok', db: 'up' }, headers: s.instance ? { 'x-installer-instance': s.instance } : {} });
+    if (s.healthUp) await route.fulfill({ json: { status: 'ok', db: 'up' }, headers: s.instance ? { [INSTANCE_HEADER]: s.instance } : {} });
     else await route.abort('connectionrefused');
   });
   T0 = Math.floor(Date.now() / 1000) * 1000;

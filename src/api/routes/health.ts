@@ -6,9 +6,8 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { DatabaseProbe } from '../../state/health.ts';
+import { INSTANCE_HEADER } from '../../contracts/instance.ts';
 
-/** The header naming the process that answered: random per process, so a restart changes it. */
-export const INSTANCE_HEADER = 'x-installer-instance';
 
 export const healthSchema = z.object({ status: z.enum(['ok', 'error']), db: z.enum(['up', 'down']) });
 

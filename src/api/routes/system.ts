@@ -8,7 +8,7 @@ import { ageFields, freshness } from '../observed-reads.ts';
 import { ageOf, readFresh } from '../../state/observed.ts';
 import { failedTargetWarning, finishTranscript, getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, updateSelfUpdate, type SelfUpdateView } from '../../state/self-update.ts';
 import { AppError, badRequest, conflict, unavailable } from '../../errors.ts';
-import { INSTANCE_HEADER } from './health.ts';
+import { INSTANCE_HEADER } from '../../contracts/instance.ts';
 
 const lastUpdateSchema = z.object({
   status: z.string().nullable().describe('started, completed, rolled-back, neither or undecided; null if never updated'),

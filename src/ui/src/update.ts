@@ -6,6 +6,7 @@
 // one that answered before: a gap that fell between two polls) or after about 20 s of answers
 // without one, and gives up after 10 minutes. Plain classes with an injectable clock and timing, so tests run
 // them on a fake clock; the production values are these constants.
+import { INSTANCE_HEADER } from '../../contracts/instance.ts';
 import { documentVisibility, type PageVisibility } from './visibility.ts';
 
 export const UPDATE_TIMING = {
@@ -166,9 +167,6 @@ export interface RestartWatcherOptions {
   timing?: Partial<UpdateTiming>;
   clock?: Clock;
 }
-
-/** The header naming the process that answered (docs/adr/0034-restart-seen-by-instance.md). */
-export const INSTANCE_HEADER = 'x-installer-instance';
 
 export class RestartWatcher {
   private readonly t: UpdateTiming;

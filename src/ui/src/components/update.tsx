@@ -2,7 +2,8 @@
 import { useEffect, useLayoutEffect, useState } from 'preact/hooks';
 import { ApiError, request, type SelfUpdateCheck, type SelfUpdateStart, type StartedUpdate } from '../api.ts';
 import { duration, shortDigest, time } from '../format.ts';
-import { healthProbe, INSTANCE_HEADER, RestartWatcher, type WatchState } from '../update.ts';
+import { INSTANCE_HEADER } from '../../../contracts/instance.ts';
+import { healthProbe, RestartWatcher, type WatchState } from '../update.ts';
 import { Dialog, useModal } from './common.tsx';
 
 export function UpdatePill(props: { check: SelfUpdateCheck | null; onStarted: (r: StartedUpdate) => void }) {
