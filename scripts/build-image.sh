@@ -44,8 +44,10 @@ if [ ! -d "$deps/node_modules" ]; then
   (cd "$deps" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
 fi
 
+# A fresh output each build: a file whose source was removed (a module, a migration) must not ship.
+rm -rf "$cache/dist"
 (cd "$root" && npx tsc -p tsconfig.build.json --outDir "$cache/dist")
-# The backend as one module (the image's CMD), beside the compiled files that the CLIs, the
+# The backend as one script (run by the image's CMD), beside the compiled files that the CLIs, the
 # healthcheck and the migrations still load one by one.
 (cd "$root" && node --import tsx scripts/bundle-backend.ts "$cache/dist")
 # The operator UI (Vite); the backend serves it from dist/src/ui/dist, beside dist/src/api (src/api/ui.ts).
