@@ -1,17 +1,19 @@
-// Bundles the compiled backend (dist/src/main.js) into one ES module for the image, so that a
-// starting backend reads one file instead of resolving and compiling hundreds of modules: the
-// self-update's outage ends when the new backend listens (docs/self-update.md, "Figures").
+// Bundles the compiled backend (dist/src/main.js) into one script for the image, so that a starting
+// backend reads one file instead of resolving and compiling hundreds of modules: the self-update's
+// outage ends when the new backend answers (docs/self-update.md, "Figures").
 //   node --import tsx scripts/bundle-backend.ts <dist-dir>
 // writes <dist-dir>/src/bundle/main.js, two levels under <dist-dir> like every other module, so the
 // paths it finds relative to itself (migrations/, src/ui/dist/, package.json) are the same.
-// Beside it, prime.mjs fills Node's compile cache at image build (deploy/Dockerfile): it loads the
-// packages the bundle imports from node_modules, then exits before the bundle runs. Every module of
-// an ES module graph is compiled before the first one is evaluated, so the bundle is compiled (and
-// its code cache written) although it never starts.
+// The bundle is not a module but one async function, which its loader (src/bundle/start.ts, beside
+// it) compiles with a vm.Script from a code cache and calls with `require`, the bundle's URL (for
+// import.meta.url) and an import() for the modules left outside it. A script's cache can be made
+// after it ran, with the bytecode of every function its start compiled; a module's cache (Node's
+// compile cache) holds only what is compiled before it runs (docs/adr/0037-code-cache-after-a-start.md).
 import { build, type Plugin } from 'esbuild';
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Script } from 'node:vm';
 
 const dist = process.argv[2];
 if (!dist) {
@@ -115,6 +117,23 @@ const builtinsByRequire: Plugin = {
   },
 };
 
+// The project's one import() of modules left outside the bundle (src/db/import-module.ts) calls the
+// loader's import() instead: a vm.Script's own would need Node's experimental vm loader.
+const IMPORT_MODULE = path.join('src', 'db', 'import-module.js');
+const importThroughLoader: Plugin = {
+  name: 'import-through-loader',
+  setup(b) {
+    b.onLoad({ filter: /import-module\.js$/ }, (args) =>
+      args.path.endsWith(path.sep + IMPORT_MODULE) ? { contents: 'export function importModule(specifier) { return __bundleImport(specifier); }', loader: 'js' } : undefined,
+    );
+  },
+};
+
+// The wrapper that makes the bundle one function (src/bundle/start.ts declares its parameters). The
+// banner stays one line, so the bundle's line numbers in stack traces are the file's.
+const BANNER = '(async function bundle(require, __bundleUrl, __bundleImport) { "use strict";';
+const FOOTER = '})';
+
 const outfile = path.join(dist, 'src/bundle/main.js');
 const result = await build({
   metafile: true,
@@ -125,9 +144,11 @@ const result = await build({
   format: 'esm',
   target: 'node24',
   external: EXTERNAL,
-  plugins: [noUnusedParts, oneCopyPerVersion, builtinsByRequire, dirnameOfInstalledCopy],
-  // CommonJS packages inside an ES module still call require() for Node's built-ins.
-  banner: { js: "import { createRequire as __bundleRequire } from 'node:module'; const require = __bundleRequire(import.meta.url);" },
+  plugins: [noUnusedParts, oneCopyPerVersion, builtinsByRequire, dirnameOfInstalledCopy, importThroughLoader],
+  define: { 'import.meta.url': '__bundleUrl' },
+  // CommonJS packages still call require() for Node's built-ins: the loader passes one.
+  banner: { js: BANNER },
+  footer: { js: FOOTER },
   minifyWhitespace: true,
   minifySyntax: true,
   keepNames: true,
@@ -135,19 +156,9 @@ const result = await build({
   logLevel: 'warning',
 });
 
-// The packages the bundle imports statically (the ones it imports on demand may be absent).
-const imported = [...new Set(Object.entries(result.metafile.outputs).find(([file]) => path.resolve(file) === path.resolve(outfile))![1].imports
-  .filter((i) => i.external && i.kind === 'import-statement' && !i.path.startsWith('node:'))
-  .map((i) => i.path))].sort();
-const bundleDir = path.dirname(outfile);
-await writeFile(path.join(bundleDir, 'prime-exit.mjs'), '// The end of prime.mjs: everything before it is loaded, the bundle after it is only compiled.\nprocess.exit(0);\n');
-await writeFile(
-  path.join(bundleDir, 'prime.mjs'),
-  [
-    '// Fills NODE_COMPILE_CACHE for main.js without starting it (scripts/bundle-backend.ts).',
-    ...imported.map((p) => `import ${JSON.stringify(p)};`),
-    "import './prime-exit.mjs';",
-    "import './main.js';",
-    '',
-  ].join('\n'),
-);
+// What would make the bundle fail as a script, found here rather than at the image's build: an import
+// or export statement, import.meta, or an import() of a module left outside it.
+const imports = Object.entries(result.metafile.outputs).find(([file]) => path.resolve(file) === path.resolve(outfile))![1].imports;
+const outside = imports.filter((i) => i.external && i.kind !== 'require-call');
+if (outside.length > 0) throw new Error(`the bundle imports modules outside it other than through src/db/import-module.ts: ${outside.map((i) => `${i.kind} ${i.path}`).join(', ')}`);
+new Script(await readFile(outfile, 'utf8'), { filename: outfile });

@@ -5,6 +5,7 @@ import pg from 'pg';
 import { mkdirSync, openSync, writeSync, closeSync, readFileSync, unlinkSync } from 'node:fs';
 import path from 'node:path';
 import type { DB } from './schema.ts';
+import { importModule } from './import-module.ts';
 
 export type Notify = (payload: string) => void;
 
@@ -215,7 +216,7 @@ async function openPglite(dataDir: string): Promise<Database> {
   mkdirSync(dir, { recursive: true });
   const release = acquireLock(path.resolve(dataDir, 'pglite.lock'));
   try {
-    const { PGlite } = await import('@electric-sql/pglite');
+    const { PGlite } = await importModule<typeof import('@electric-sql/pglite')>('@electric-sql/pglite');
     const { PGliteDialect } = await import('kysely-pglite-dialect');
     const client = await PGlite.create(dir);
     const db = new Kysely<DB>({ dialect: new PGliteDialect(client) });

@@ -6,6 +6,7 @@ import { Migrator, type Migration, type MigrationProvider } from 'kysely/migrati
 import { readdir } from 'node:fs/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import path from 'node:path';
+import { importModule } from './import-module.ts';
 
 const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
 const MIGRATION_TABLE = 'kysely_migration';
@@ -16,7 +17,7 @@ class DirectoryProvider implements MigrationProvider {
     const files = (await readdir(this.dir)).filter((f) => /^\d{4}_[a-z0-9_]+\.(ts|js)$/.test(f)).sort();
     const out: Record<string, Migration> = {};
     for (const f of files) {
-      out[f.replace(/\.(ts|js)$/, '')] = (await import(pathToFileURL(path.join(this.dir, f)).href)) as Migration;
+      out[f.replace(/\.(ts|js)$/, '')] = await importModule<Migration>(pathToFileURL(path.join(this.dir, f)).href);
     }
     return out;
   }

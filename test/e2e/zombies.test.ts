@@ -139,7 +139,7 @@ describe('the backend container reaps what cancelled jobs leave behind', () => {
     expect(inspect.HostConfig.Init).toBe(true);
     const procs = await processes();
     expect(procs.find((p) => p.pid === 1)?.comm).toBe('docker-init');
-    expect(procs.find((p) => p.ppid === 1 && p.cmdline.includes('dist/src/bundle/main.js'))).toBeDefined();
+    expect(procs.find((p) => p.ppid === 1 && p.cmdline.includes('dist/src/bundle/start.js'))).toBeDefined();
   });
 
   it('leaves no zombie after cancelled pulls from a registry that never answers', async () => {
