@@ -5,9 +5,9 @@
 // answer (docs/adr/0037-code-cache-after-a-start.md).
 //
 //   node --max-semi-space-size=8 start.js                      runs the backend
-//   node --max-semi-space-size=8 start.js --prime-code-cache   at image build: starts the backend on
-//     an embedded database in a temporary directory and a loopback port, writes main.js.cache after
-//     its first healthy answer, removes the directory and exits
+//   node --max-semi-space-size=8 start.js --prime-code-cache   at image build: starts the backend
+//     twice on an embedded database served on loopback, in a temporary directory; writes
+//     main.js.cache after the second start's first healthy answer, removes the directory and exits
 //
 // The flags must be the same in both: V8 rejects a cache made under other flags. A rejected or
 // missing cache costs time, not behaviour; a rejected one is reported on stderr, and
@@ -45,22 +45,43 @@ const run = (): Promise<void> => bundle(createRequire(bundleFile), pathToFileURL
 if (priming) await prime();
 else await run();
 
-/** Starts the backend as the image's build can, waits for its first healthy answer, then writes the cache. */
+/**
+ * Starts the backend twice, as an install and then a switch find the host: the first start (another
+ * process) migrates the database and makes the secrets, the certificate and the first user; the
+ * second, here, finds them, and once it has answered GET /api/health, its code is the cache.
+ */
 async function prime(): Promise<never> {
-  // V8 drops the bytecode of a function that has not run for a few full collections, and the
-  // embedded database's start (megabytes of WebAssembly and its files) runs several: without this,
-  // the functions the start ran first (the modules' bodies) would be missing from the cache. The
+  // V8 drops the bytecode of a function that has not run for a few full collections: without this,
+  // the functions the start ran first (the modules' bodies) could be missing from the cache. The
   // flag is set back before the cache is made, which records the flags it was made under: the
   // backend runs with V8's default.
   const { setFlagsFromString } = process.getBuiltinModule('node:v8');
   setFlagsFromString('--no-flush-bytecode');
   const dir = mkdtempSync(path.join(process.getBuiltinModule('node:os').tmpdir(), 'installer-code-cache-'));
   try {
+    // The embedded database, served on a loopback port: the backend reaches it through its Postgres
+    // driver, as it reaches the installer-postgres container, so the cache holds that path. It starts
+    // before the backend, and its start (megabytes of WebAssembly) is over before the backend's.
+    const { PGlite } = await import('@electric-sql/pglite');
+    const { PGLiteSocketServer } = await import('@electric-sql/pglite-socket');
+    const database = await PGlite.create(path.join(dir, 'database'));
+    const databasePort = await freePort();
+    await new PGLiteSocketServer({ db: database, host: '127.0.0.1', port: databasePort, maxConnections: 20 }).start();
     const port = await freePort();
-    // Nothing of this start stays in the image: its database, secrets, certificate and first user
-    // are in `dir`. It serves HTTPS too, as the image's compose files have it do.
-    for (const name of ['DATABASE_URL', 'DATABASE_PASSWORD_FILE', 'TLS_CERT_FILE', 'TLS_KEY_FILE', 'INSTALLER_ROLE']) delete process.env[name];
-    Object.assign(process.env, { DATA_DIR: dir, SECRETS_DIR: path.join(dir, 'secrets'), HOST: '127.0.0.1', PORT: String(port), HTTPS_PORT: String(await freePort()), LOG_LEVEL: 'error' });
+    // Nothing of these starts stays in the image: their database, secrets, certificate and first
+    // user are in `dir`. They serve HTTPS too, as the image's compose files have the backend do.
+    for (const name of ['DATABASE_PASSWORD_FILE', 'TLS_CERT_FILE', 'TLS_KEY_FILE', 'INSTALLER_ROLE']) delete process.env[name];
+    Object.assign(process.env, {
+      DATABASE_URL: `postgres://postgres@127.0.0.1:${databasePort}/postgres`,
+      DATA_DIR: dir,
+      SECRETS_DIR: path.join(dir, 'secrets'),
+      HOST: '127.0.0.1',
+      PORT: String(port),
+      HTTPS_PORT: String(await freePort()),
+      LOG_LEVEL: 'error',
+    });
+    await firstStart(port);
+    process.env.MIGRATE_ON_BOOT = 'false';
     const failed = run().then(
       () => new Promise<never>(() => {}),
       (err: unknown) => Promise.reject(new Error(`the backend failed while priming its code cache: ${err instanceof Error ? err.stack : String(err)}`)),
@@ -77,6 +98,18 @@ async function prime(): Promise<never> {
     rmSync(dir, { recursive: true, force: true });
   }
   process.exit();
+}
+
+/** The backend's first start on the environment prime() set, in a process of its own, stopped once healthy. */
+async function firstStart(port: number): Promise<void> {
+  const child = process.getBuiltinModule('node:child_process').spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url)], { stdio: ['ignore', 'inherit', 'inherit'] });
+  const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+  try {
+    await Promise.race([healthy(port), exited.then((code) => Promise.reject(new Error(`the backend's first start exited (${code}) while priming its code cache`)))]);
+  } finally {
+    child.kill('SIGTERM');
+    await exited;
+  }
 }
 
 function freePort(): Promise<number> {
