@@ -78,15 +78,21 @@ async function prime(): Promise<never> {
       HOST: '127.0.0.1',
       PORT: String(port),
       HTTPS_PORT: String(await freePort()),
+      MIGRATE_ON_BOOT: 'true',
       LOG_LEVEL: 'error',
     });
     await firstStart(port);
-    process.env.MIGRATE_ON_BOOT = 'false';
-    const failed = run().then(
-      () => new Promise<never>(() => {}),
-      (err: unknown) => Promise.reject(new Error(`the backend failed while priming its code cache: ${err instanceof Error ? err.stack : String(err)}`)),
-    );
-    await Promise.race([healthy(port), failed]);
+    // The second start as the compose files run the backend: migrated by then, and logging at info
+    // (a quieter level would leave the log lines of a start out of the cache).
+    Object.assign(process.env, { MIGRATE_ON_BOOT: 'false', LOG_LEVEL: 'info' });
+    // Whatever fails once the backend answers (its controllers start after the listen, and the
+    // served database does not keep apart the statements of concurrent connections) does not stop
+    // the prime: the code that answered is what the cache is for.
+    let failure: string | undefined;
+    run().catch((err: unknown) => {
+      failure = err instanceof Error ? (err.stack ?? err.message) : String(err);
+    });
+    await healthy(port, () => failure && `the backend failed while priming its code cache: ${failure}`);
     setFlagsFromString('--flush-bytecode');
     const data = script.createCachedData();
     writeFileSync(cacheFile, data);
@@ -100,12 +106,23 @@ async function prime(): Promise<never> {
   process.exit();
 }
 
-/** The backend's first start on the environment prime() set, in a process of its own, stopped once healthy. */
+/**
+ * The backend's first start on the environment prime() set, in a process of its own, stopped once
+ * healthy. It runs the API alone: it is there to make what a first start makes, and without the
+ * controllers nothing of it runs beside the second start's queries.
+ */
 async function firstStart(port: number): Promise<void> {
-  const child = process.getBuiltinModule('node:child_process').spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url)], { stdio: ['ignore', 'inherit', 'inherit'] });
-  const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+  const child = process.getBuiltinModule('node:child_process').spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url)], {
+    stdio: ['ignore', 'inherit', 'inherit'],
+    env: { ...process.env, INSTALLER_ROLE: 'api' },
+  });
+  let exit: string | undefined;
+  const exited = new Promise<void>((resolve) => child.once('exit', (code, signal) => {
+    exit = `the backend's first start exited (${signal ?? code}) while priming its code cache`;
+    resolve();
+  }));
   try {
-    await Promise.race([healthy(port), exited.then((code) => Promise.reject(new Error(`the backend's first start exited (${code}) while priming its code cache`)))]);
+    await healthy(port, () => exit);
   } finally {
     child.kill('SIGTERM');
     await exited;
@@ -123,8 +140,8 @@ function freePort(): Promise<number> {
   });
 }
 
-/** Resolves at the first 200 from GET /api/health; rejects after PRIME_TIMEOUT_MS. */
-async function healthy(port: number): Promise<void> {
+/** Resolves at the first 200 from GET /api/health; rejects once `failed` names a failure, or after PRIME_TIMEOUT_MS. */
+async function healthy(port: number, failed: () => string | undefined): Promise<void> {
   const deadline = Date.now() + PRIME_TIMEOUT_MS;
   while (Date.now() < deadline) {
     const status = await new Promise<number>((resolve) => {
@@ -136,6 +153,8 @@ async function healthy(port: number): Promise<void> {
       req.on('error', () => resolve(0));
     });
     if (status === 200) return;
+    const failure = failed();
+    if (failure) throw new Error(failure);
     await new Promise((r) => setTimeout(r, 20));
   }
   throw new Error(`the backend did not answer GET /api/health with 200 within ${PRIME_TIMEOUT_MS / 1000} s while priming its code cache`);
