@@ -95,6 +95,10 @@ describe('the installer stack (dev compose file, real engine, local registry)', 
     expect(r.stderr).toContain('installer: configuration error: PORT');
     expect(r.stderr).toMatch(/INSTALLER-CODE-CACHE \d+: code cache accepted: \d+ bytes/);
     expect(r.stderr).not.toContain('rejected');
+    // Under other V8 flags the cache is refused, and the backend starts without it and says so.
+    const other = await run('docker', ['run', '--rm', '-e', 'PORT=not-a-port', '--entrypoint', cmd[0]!, ref, '--no-flush-bytecode', ...cmd.slice(1)]);
+    expect(other.stderr).toContain('installer: V8 rejected the code cache /usr/src/app/dist/src/bundle/main.js.cache');
+    expect(other.stderr).toContain('installer: configuration error: PORT');
     // Made after a start ran, it holds the bytecode of the functions that start ran, not only what
     // compiling the bundle makes (Node's compile cache, which the image carried before): about three
     // times the size.
