@@ -2,6 +2,7 @@
 // `<NAME>_FILE` (a path), from `<NAME>` itself, or be generated into the secrets directory.
 import { z } from 'zod';
 import path from 'node:path';
+import { DEFAULT_HOST, DEFAULT_PORT } from './early-listeners.ts';
 
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'])
@@ -24,8 +25,8 @@ export type SecretName = (typeof SECRET_SETTINGS)[number];
 
 export const settingsSchema = z.object({
   NODE_ENV: z.enum(['production', 'development', 'test']).default('production'),
-  HOST: z.string().min(1).default('0.0.0.0'),
-  PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  HOST: z.string().min(1).default(DEFAULT_HOST),
+  PORT: z.coerce.number().int().min(0).max(65535).default(DEFAULT_PORT),
   /** Port of the HTTPS listener on HOST; unset: plain HTTP only (docs/adr/0020-https-listeners.md). */
   HTTPS_PORT: z.coerce.number().int('must be a port number').min(0, 'must be a port number').max(65535, 'must be a port number').optional(),
   /** The operator's certificate (PEM, leaf first, chain after it) and its private key; unset: a generated one. */

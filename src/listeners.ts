@@ -11,6 +11,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import type { Settings } from './config.ts';
 import type { TlsMaterial } from './adapters/tls.ts';
+import { releaseEarly, takeEarly, type EarlyListener } from './early-listeners.ts';
 
 /** The first byte of every TLS connection: a handshake record. */
 const TLS_HANDSHAKE = 0x16;
@@ -74,6 +75,24 @@ export function answerPlainHttp(req: http.IncomingMessage, res: http.ServerRespo
   res.end(JSON.stringify({ statusCode: 400, error: 'Bad Request', message, code: 'https_required' }));
 }
 
+/**
+ * Options of `listen` that take over the socket of a port bound early (src/early-listeners.ts), or
+ * bind one. Node's `server.listen(handle)` takes "anything with an underlying _handle member": the
+ * server then accepts on that socket, and nothing is refused while the socket passes over.
+ */
+function listenOn(host: string, port: number, early: EarlyListener | undefined): { host: string; port: number; _handle?: unknown } {
+  return early ? { host, port, _handle: (early.server as unknown as { _handle: unknown })._handle } : { host, port };
+}
+
+/** Gives `server` the connections a port bound early held unread, now that it listens on their socket. */
+function handOver(early: EarlyListener | undefined, server: net.Server): void {
+  for (const socket of early?.held.splice(0) ?? []) {
+    if (socket.destroyed) continue;
+    server.emit('connection', socket);
+    socket.resume();
+  }
+}
+
 function urlOf(scheme: 'http' | 'https', address: AddressInfo): string {
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   return `${scheme}://${host}:${address.port}`;
@@ -84,8 +103,11 @@ function urlOf(scheme: 'http' | 'https', address: AddressInfo): string {
  * Both reach the same routes (Fastify's `routing`), so every hook, limit and log line is shared.
  */
 export async function startListeners(app: FastifyInstance, settings: Pick<Settings, 'HOST' | 'PORT' | 'HTTPS_PORT' | 'HSTS_MAX_AGE_SECONDS'>, tls: TlsMaterial | null, logger: Logger): Promise<Listeners> {
-  const httpAddress = await app.listen({ host: settings.HOST, port: settings.PORT });
+  const earlyHttp = takeEarly(settings.HOST, settings.PORT);
+  const httpAddress = await app.listen(listenOn(settings.HOST, settings.PORT, earlyHttp));
+  handOver(earlyHttp, app.server);
   if (!tls || settings.HTTPS_PORT === undefined) {
+    releaseEarly();
     return { httpAddress, httpsAddress: null, close: () => closeWithin(app) };
   }
 
@@ -117,14 +139,18 @@ export async function startListeners(app: FastifyInstance, settings: Pick<Settin
       process.nextTick(() => socket.resume());
     });
   });
+  const httpsPort = settings.HTTPS_PORT;
+  const earlyHttps = takeEarly(settings.HOST, httpsPort);
   await new Promise<void>((resolve, reject) => {
     front.once('error', reject);
-    front.listen({ host: settings.HOST, port: settings.HTTPS_PORT }, () => {
+    front.listen(listenOn(settings.HOST, httpsPort, earlyHttps), () => {
       front.off('error', reject);
       front.on('error', (err) => logger.error({ err }, 'HTTPS listener failed'));
       resolve();
     });
   });
+  handOver(earlyHttps, front);
+  releaseEarly();
   const httpsAddress = urlOf('https', front.address() as AddressInfo);
 
   return {

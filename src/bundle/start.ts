@@ -15,6 +15,8 @@
 // Node's built-ins come from process.getBuiltinModule, not import statements: importing one into an
 // ES module builds its namespace from every export, and node:http's (which priming uses) load Node's
 // whole fetch implementation, 50 ms of a start (scripts/bundle-backend.ts does the same for the bundle).
+import { listenEarly } from '../early-listeners.ts';
+
 const { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } = process.getBuiltinModule('node:fs');
 const { createRequire } = process.getBuiltinModule('node:module');
 const path = process.getBuiltinModule('node:path');
@@ -33,6 +35,9 @@ const cacheFile = `${bundleFile}.cache`;
 const debug = debuglog('installer-code-cache');
 
 const priming = process.argv.includes(PRIME_FLAG);
+// The backend's ports first, before the bundle is read: a client that asks while the rest loads is
+// answered once the backend is ready rather than refused (docs/adr/0038-ports-bound-before-the-start.md).
+if (!priming) await listenEarly(process.env);
 const cachedData = !priming && existsSync(cacheFile) ? readFileSync(cacheFile) : undefined;
 const script = new Script(readFileSync(bundleFile, 'utf8'), { filename: bundleFile, ...(cachedData ? { cachedData } : {}) });
 if (!cachedData) debug('%s: no code cache', priming ? 'priming' : 'starting');
@@ -89,6 +94,7 @@ async function prime(): Promise<never> {
     // served database does not keep apart the statements of concurrent connections) does not stop
     // the prime: the code that answered is what the cache is for.
     let failure: string | undefined;
+    await listenEarly(process.env);
     run().catch((err: unknown) => {
       failure = err instanceof Error ? (err.stack ?? err.message) : String(err);
     });

@@ -135,6 +135,45 @@ describe('the installer stack (dev compose file, real engine, local registry)', 
     expect(logs).not.toContain(token);
   });
 
+  it('holds a request made while it starts and answers it once ready: its ports are bound before its code loads', async () => {
+    await docker(['stop', '-t', '10', 'installer-backend']);
+    const answers: { sentAt: number; status: number }[] = [];
+    const inFlight = new Set<Promise<void>>();
+    let answered = false;
+    const ask = async () => {
+      const sentAt = Date.now();
+      try {
+        const res = await fetch(`${stack!.baseUrl}/api/health`, { signal: AbortSignal.timeout(10_000) });
+        await res.body?.cancel();
+        answers.push({ sentAt, status: res.status });
+        if (res.status === 200) answered = true;
+      } catch {
+        answers.push({ sentAt, status: 0 }); // refused, or reset
+      }
+    };
+    // A client asking every 5 ms, each on its own connection, from before the start to the first 200.
+    const timer = setInterval(() => {
+      const p = ask().finally(() => inFlight.delete(p));
+      inFlight.add(p);
+    }, 5);
+    const since = new Date().toISOString();
+    try {
+      await docker(['start', 'installer-backend']);
+      await eventually(() => answered, 'a 200 from the restarted backend', 30_000, 10);
+    } finally {
+      clearInterval(timer);
+      await Promise.all(inFlight);
+    }
+    // Fastify logs this once its server listens, here on the socket the loader bound.
+    const line = (await docker(['logs', '--since', since, 'installer-backend'])).split('\n').find((l) => l.includes('Server listening at'));
+    expect(line, 'the backend logs its listen').toBeDefined();
+    const listenedAt = Date.parse((JSON.parse(line!) as { time: string }).time);
+    // Requests sent well before the backend listened were held and answered, not refused.
+    const held = answers.filter((a) => a.status === 200 && a.sentAt < listenedAt - 20);
+    expect(held.length, JSON.stringify({ listenedAt, answers })).toBeGreaterThan(0);
+    expect(answers.filter((a) => a.status !== 200 && a.status !== 0)).toEqual([]);
+  });
+
   it('stops promptly and cleanly on SIGTERM (PID 1 handles it)', async () => {
     await docker(['stop', '-t', '10', 'installer-backend']);
     const backend = JSON.parse(await docker(['inspect', 'installer-backend']))[0];
