@@ -2,7 +2,8 @@
 // the backend ends that connection after its drain (src/listeners.ts, DRAIN_MS) and exits 0 having
 // closed everything. On plain HTTP (the control plane's and the healthcheck's port) it used to wait
 // for the client until its 8 s watchdog exited 1, and a self-update's switch waited with it; HTTPS
-// connections were already ended once the app had closed, and stay so.
+// connections were already ended once the app had closed, and stay so. A job's event stream, which
+// ends only with its job, is ended by the app itself as it closes, not cut by the drain.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync } from 'node:fs';
 import net from 'node:net';
@@ -11,6 +12,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { runEntry, type Running } from '../helpers/shared/process.ts';
+import { openDatabase } from '../../src/db/database.ts';
+import { createJob } from '../../src/state/jobs.ts';
 
 const SECRETS = {
   JWT_SECRET: 'JWTSECRETVALUE-0b7e4c21-3f5a-4d6b-9c8d-1e2f3a4b5c6d',
@@ -91,6 +94,49 @@ describe('a SIGTERM while a client holds a response it does not read', () => {
         await new Promise((resolve, reject) => socket.once('secureConnect', resolve).once('error', reject));
         return socket;
       });
+    } finally {
+      await proc.stop('SIGKILL');
+    }
+  });
+});
+
+describe("a SIGTERM while a job's event stream is open", () => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'installer-drain-'));
+
+  /** A job that stays queued: the process below serves the API alone, so nothing claims it. */
+  async function queuedJob(): Promise<string> {
+    const database = await openDatabase({ url: db.url, dataDir });
+    try {
+      return await createJob(database.db, { kind: 'restart', params: { services: ['web'] }, actor: { id: 'test' } });
+    } finally {
+      await database.close();
+    }
+  }
+
+  /** How the response ended: 'ended' when the server finished it, else the error that cut it. */
+  async function ending(res: Response): Promise<string> {
+    const reader = res.body!.getReader();
+    try {
+      for (;;) if ((await reader.read()).done) return 'ended';
+    } catch (err) {
+      return `cut: ${(err as Error).message}`;
+    }
+  }
+
+  it('ends the stream as the app closes (the drain does not cut it) and exits 0', async () => {
+    // A self-update's job is such a job: it ends only once the next backend is up, and an operator
+    // watching its page held the stopping backend, and the switch, for the whole drain.
+    const proc = runEntry('src/main.ts', { DATABASE_URL: db.url, DATA_DIR: dataDir, HOST: '127.0.0.1', PORT: '0', INSTALLER_ROLE: 'api', ...SECRETS });
+    try {
+      const url = await proc.url;
+      const jobId = await queuedJob();
+      const res = await fetch(`${url}/api/deployment/jobs/${jobId}/logs`, { headers: { authorization: `Bearer ${SECRETS.SERVICE_TOKEN}` } });
+      expect(res.status).toBe(200);
+      const ended = ending(res);
+      const code = await proc.stop('SIGTERM');
+      expect(code, proc.output()).toBe(0);
+      expect(await ended).toBe('ended');
+      expect(proc.output()).not.toContain('shutdown took too long');
     } finally {
       await proc.stop('SIGKILL');
     }

@@ -159,6 +159,14 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
   // reused by every caller for AUDIT_CACHE_MS (docs/adr/0014-audit-trail-reads.md).
   const renderActions = (rows: ActionRow[]) => JSON.stringify(actionList.parse(rows.map((r) => ({ ...r, id: String(r.id) }))));
   const auditPages = new AuditTrailPages(db, renderActions, app.deps.settings.AUDIT_CACHE_MS);
+  // Open job streams, each by the function that ends it. A stream of a job still running would
+  // otherwise hold a stopping backend until its drain runs out: a self-update's stream does, since
+  // its job ends only once the next backend is up. Ended, its client reconnects and resumes after
+  // the last event it had (Last-Event-ID), from whichever backend answers.
+  const openStreams = new Set<() => void>();
+  app.addHook('preClose', async () => {
+    for (const end of openStreams) end();
+  });
 
   async function checkServices(services: string[] | undefined): Promise<string[]> {
     if (!services?.length) return [];
@@ -286,9 +294,14 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
         signalled = true;
         wake?.();
       });
-      reply.sse.onClose(() => {
+      const end = () => {
         closed = true;
         wake?.();
+      };
+      openStreams.add(end);
+      reply.sse.onClose(() => {
+        openStreams.delete(end);
+        end();
       });
       const message = (e: JobEventRecord) => ({
         id: String(e.seq),
@@ -318,6 +331,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
           }
         } finally {
           unsubscribe();
+          openStreams.delete(end);
         }
       }
       await reply.sse.send(stream());
