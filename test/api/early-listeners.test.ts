@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
+import { freePort } from '../helpers/shared/ports.ts';
 import { pinnedHttps, plainHttp, type Answer } from '../helpers/shared/https.ts';
 import { listenEarly, releaseEarly, takeEarly } from '../../src/early-listeners.ts';
 import { startListeners, type Listeners } from '../../src/listeners.ts';
@@ -16,17 +17,6 @@ import { generatedCertificate } from '../../src/adapters/tls.ts';
 
 const HOST = '127.0.0.1';
 const quiet = pino({ enabled: false });
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, HOST, () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** Whether a TCP connection to the port is accepted (true) or refused (false). */
 function accepts(port: number): Promise<boolean> {

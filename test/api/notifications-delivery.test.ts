@@ -12,10 +12,10 @@ import { createHmac } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import type { AddressInfo } from 'node:net';
 import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { runEntry, type Running } from '../helpers/shared/process.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
+import { freePort } from '../helpers/shared/ports.ts';
 import { createUser } from '../../src/state/users.ts';
 import { enqueueNotification } from '../../src/state/notifications.ts';
 import { TEST_SECRETS } from '../helpers/api/app.ts';
@@ -75,14 +75,6 @@ class Receiver {
     s.closeAllConnections();
     await new Promise((r) => s.close(r));
   }
-}
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
 }
 
 const until = <T>(what: string, check: () => Promise<T | null | false> | T | null | false, timeoutMs = 30_000) => eventually(check, what, timeoutMs, 100);
