@@ -18,6 +18,7 @@ import { putConfigChanges, pendingConfigChanges } from '../../state/platform-con
 import { INSTALLER_KEYS, isMaskedKey, MASK } from '../../contracts/platform-env.ts';
 import { badRequest, conflict, notFound, unavailable } from '../../errors.ts';
 import { limitParam } from '../limit-param.ts';
+import { openStreams } from '../open-streams.ts';
 
 export const ACTIONS_LIMIT = { default: 50, max: 500 };
 const SERVICE_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$/;
@@ -159,14 +160,9 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
   // reused by every caller for AUDIT_CACHE_MS (docs/adr/0014-audit-trail-reads.md).
   const renderActions = (rows: ActionRow[]) => JSON.stringify(actionList.parse(rows.map((r) => ({ ...r, id: String(r.id) }))));
   const auditPages = new AuditTrailPages(db, renderActions, app.deps.settings.AUDIT_CACHE_MS);
-  // Open job streams, each by the function that ends it. A stream of a job still running would
-  // otherwise hold a stopping backend until its drain runs out: a self-update's stream does, since
-  // its job ends only once the next backend is up. Ended, its client reconnects and resumes after
-  // the last event it had (Last-Event-ID), from whichever backend answers.
-  const openStreams = new Set<() => void>();
-  app.addHook('preClose', async () => {
-    for (const end of openStreams) end();
-  });
+  // Open job streams, each by the function that ends it: a self-update's job ends only once the
+  // next backend is up, so its stream would hold the stopping one for the whole drain.
+  const jobStreams = openStreams<() => void>(app, (end) => end());
 
   async function checkServices(services: string[] | undefined): Promise<string[]> {
     if (!services?.length) return [];
@@ -298,9 +294,9 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
         closed = true;
         wake?.();
       };
-      openStreams.add(end);
+      jobStreams.add(end);
       reply.sse.onClose(() => {
-        openStreams.delete(end);
+        jobStreams.delete(end);
         end();
       });
       const message = (e: JobEventRecord) => ({
@@ -331,7 +327,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
           }
         } finally {
           unsubscribe();
-          openStreams.delete(end);
+          jobStreams.delete(end);
         }
       }
       await reply.sse.send(stream());

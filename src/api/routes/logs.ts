@@ -8,6 +8,7 @@ import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { badRequest, notFound, unavailable } from '../../errors.ts';
+import { openStreams } from '../open-streams.ts';
 import type { ContainerLogLine, ContainerLogsPort, LogFeed } from '../../contracts/ports.ts';
 
 /** Lines per container sent before following, when `tail` is not given. */
@@ -214,12 +215,8 @@ async function engine<T>(log: FastifyBaseLogger, p: Promise<T>): Promise<T> {
 
 export const logRoutes: FastifyPluginAsyncZod = async (app) => {
   const project = app.deps.settings.PLATFORM_PROJECT;
-  const active = new Set<LogFeed>();
+  const active = openStreams<LogFeed>(app, (feed) => feed.close());
   const ctx = (log: FastifyBaseLogger): StreamContext => ({ log, stallMs: app.deps.settings.LOG_CLIENT_STALL_SECONDS * 1000, active });
-  // Open streams would hold the server open: end them when the app closes.
-  app.addHook('preClose', async () => {
-    for (const feed of active) feed.close();
-  });
 
   const liveDescription =
     'Server-sent events, one per line: `{container, service, stream, timestamp, line}`. First the last `tail` lines of each container in timestamp order, then new lines as they come; containers that start later join.';
