@@ -327,7 +327,6 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
           }
         } finally {
           unsubscribe();
-          jobStreams.delete(end);
         }
       }
       await reply.sse.send(stream());
