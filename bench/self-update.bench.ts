@@ -4,6 +4,9 @@
 //   outage of a minimal Node HTTP service (bench/minimal-service: same base image, healthcheck style,
 //   init and stop signal, and a neighbour on its network as the backend has its database) switched by
 //   the same `docker compose up -d --wait --wait-timeout 300`; median of 5 each, and their ratio;
+//   and the minimal service again in the backend's shape (two networks, two published ports:
+//   bench/minimal-service/backend-shape.yml), so the ratio's remainder is seen apart from the
+//   engine's cost of that shape;
 //   each switch's outage broken into the engine's steps;
 // - the helper's total time (container start to exit);
 // - from the switch to a crashing build to the rollback being healthy (helper timestamps);
@@ -107,26 +110,37 @@ function switchSteps(container: string, events: { at: number; what: string }[], 
   return `last answer → die ${s(down.lastOk, die)}, → removed ${s(die, destroy)}, → new started ${s(destroy, start)}, → first answer ${s(start, down.firstOk)} (kill → last answer ${s(kill, down.lastOk)})`;
 }
 
-/** The minimal service, five switches with the helper's compose command; its outage for each. */
-async function minimalOutages(log: (m: string) => void): Promise<number[]> {
-  const port = await freePort();
-  const compose = (version: string, args: string[]) =>
-    must('docker', ['compose', '-p', 'bench-minimal', '-f', path.join(MINIMAL_DIR, 'docker-compose.yml'), ...args], { env: { VERSION: version, PORT: String(port) }, timeoutMs: 5 * 60_000 });
+/** How the minimal service is laid out: on its own, or in the backend's shape (bench/minimal-service/backend-shape.yml). */
+type Shape = 'plain' | 'backend-shape';
+
+/** The minimal service's images, v0 and one per switch, built once for both shapes; removes them. */
+async function minimalImages(): Promise<{ remove(): Promise<void> }> {
   const tags = ['v0', ...Array.from({ length: RUNS }, (_, k) => `v${k + 1}`)];
   // Its build context: the service, and the installer's own healthcheck script.
   const context = mkdtempSync(path.join(tmpdir(), 'bench-minimal-'));
   for (const f of ['Dockerfile', 'server.mjs']) copyFileSync(path.join(MINIMAL_DIR, f), path.join(context, f));
   copyFileSync(path.join(ROOT, 'scripts/healthcheck.sh'), path.join(context, 'healthcheck.sh'));
-  for (const tag of tags) {
-    await must('docker', ['build', '-q', '--build-arg', `VARIANT=${tag}-${Date.now()}`, '-t', `installer-bench/minimal:${tag}`, context], { env: { DOCKER_BUILDKIT: '0' }, timeoutMs: 5 * 60_000 });
+  try {
+    for (const tag of tags) {
+      await must('docker', ['build', '-q', '--build-arg', `VARIANT=${tag}-${Date.now()}`, '-t', `installer-bench/minimal:${tag}`, context], { env: { DOCKER_BUILDKIT: '0' }, timeoutMs: 5 * 60_000 });
+    }
+  } finally {
+    rmSync(context, { recursive: true, force: true });
   }
-  rmSync(context, { recursive: true, force: true });
+  return { remove: async () => void (await run('docker', ['rmi', '-f', ...tags.map((t) => `installer-bench/minimal:${t}`)])) };
+}
+
+/** The minimal service in one shape, five switches with the helper's compose command; its outage for each. */
+async function minimalOutages(log: (m: string) => void, shape: Shape): Promise<number[]> {
+  const files = ['docker-compose.yml', ...(shape === 'backend-shape' ? ['backend-shape.yml'] : [])].flatMap((f) => ['-f', path.join(MINIMAL_DIR, f)]);
+  const ports = { PORT: String(await freePort()), PUBLIC_PORT: String(await freePort()) };
+  const compose = (version: string, args: string[]) => must('docker', ['compose', '-p', 'bench-minimal', ...files, ...args], { env: { VERSION: version, ...ports }, timeoutMs: 5 * 60_000 });
   const outages: number[] = [];
   try {
     await compose('v0', ['up', '-d', 'peer']);
     await compose('v0', ['up', '-d', '--wait', '--wait-timeout', '300', 'web']);
     for (let k = 1; k <= RUNS; k++) {
-      const poller = healthPoller(`http://127.0.0.1:${port}`);
+      const poller = healthPoller(`http://127.0.0.1:${ports.PORT}`);
       await sleep(500);
       const switchedAt = Date.now();
       await compose(`v${k}`, ['up', '-d', '--wait', '--wait-timeout', '300', 'web']);
@@ -134,18 +148,24 @@ async function minimalOutages(log: (m: string) => void): Promise<number[]> {
       const down = await poller.stop();
       outages.push(down.s);
       const events = await engineEvents(switchedAt - 1_000, Date.now(), /^bench-minimal-web$/);
-      log(`minimal service switch ${k}: outage ${down.s.toFixed(2)} s; ${switchSteps('bench-minimal-web', events, down)}`);
+      log(`minimal service${shape === 'backend-shape' ? " in the backend's shape" : ''} switch ${k}: outage ${down.s.toFixed(2)} s; ${switchSteps('bench-minimal-web', events, down)}`);
     }
   } finally {
-    await run('docker', ['compose', '-p', 'bench-minimal', '-f', path.join(MINIMAL_DIR, 'docker-compose.yml'), 'down', '--remove-orphans'], { env: { VERSION: 'v0', PORT: String(port) } });
-    await run('docker', ['rmi', '-f', ...tags.map((t) => `installer-bench/minimal:${t}`)]);
+    await run('docker', ['compose', '-p', 'bench-minimal', ...files, 'down', '--remove-orphans'], { env: { VERSION: 'v0', ...ports } });
   }
   return outages;
 }
 
 const bench: Bench = async (log) => {
   await ensureRig();
-  const minimal = await minimalOutages(log);
+  const minimalBuild = await minimalImages();
+  let minimal: number[], shaped: number[];
+  try {
+    minimal = await minimalOutages(log, 'plain');
+    shaped = await minimalOutages(log, 'backend-shape');
+  } finally {
+    await minimalBuild.remove();
+  }
 
   const images = new Images();
   let i: InstallerUnderTest | undefined;
@@ -202,6 +222,8 @@ const bench: Bench = async (log) => {
       { name: `installer outage, 100 ms /api/health poller, median of ${RUNS} (${outages.map((x) => x.toFixed(2)).join(', ')})`, value: median(outages), unit: 's', goal: '<= 1.5 s', ok: median(outages) <= 1.5 },
       { name: `minimal Node service outage, same compose command, median of ${RUNS} (${minimal.map((x) => x.toFixed(2)).join(', ')})`, value: median(minimal), unit: 's' },
       { name: 'installer outage / minimal service outage', value: ratio, unit: '×', goal: '<= 1.5', ok: ratio <= 1.5 },
+      { name: `minimal service in the backend's shape (two networks, two published ports), median of ${RUNS} (${shaped.map((x) => x.toFixed(2)).join(', ')})`, value: median(shaped), unit: 's' },
+      { name: "installer outage / the minimal service's in the backend's shape", value: median(outages) / median(shaped), unit: '×' },
       { name: `helper total time (start to exit), median of ${RUNS}`, value: median(helpers), unit: 's' },
       { name: 'crashing build: from the switch to the rollback being healthy', value: crashToHealthy, unit: 's', goal: '<= 10 s', ok: crashToHealthy <= 10 },
     ];
