@@ -113,9 +113,10 @@ function switchSteps(container: string, events: { at: number; what: string }[], 
 /** How the minimal service is laid out: on its own, or in the backend's shape (bench/minimal-service/backend-shape.yml). */
 type Shape = 'plain' | 'backend-shape';
 
-/** The minimal service's images, v0 and one per switch, built once for both shapes; removes them. */
+/** The minimal service's images, v0 and one per switch, built once for both shapes, and how to remove them. */
 async function minimalImages(): Promise<{ remove(): Promise<void> }> {
   const tags = ['v0', ...Array.from({ length: RUNS }, (_, k) => `v${k + 1}`)];
+  const remove = async () => void (await run('docker', ['rmi', '-f', ...tags.map((t) => `installer-bench/minimal:${t}`)]));
   // Its build context: the service, and the installer's own healthcheck script.
   const context = mkdtempSync(path.join(tmpdir(), 'bench-minimal-'));
   for (const f of ['Dockerfile', 'server.mjs']) copyFileSync(path.join(MINIMAL_DIR, f), path.join(context, f));
@@ -124,10 +125,14 @@ async function minimalImages(): Promise<{ remove(): Promise<void> }> {
     for (const tag of tags) {
       await must('docker', ['build', '-q', '--build-arg', `VARIANT=${tag}-${Date.now()}`, '-t', `installer-bench/minimal:${tag}`, context], { env: { DOCKER_BUILDKIT: '0' }, timeoutMs: 5 * 60_000 });
     }
+  } catch (err) {
+    // A build that failed leaves none of the images built before it.
+    await remove();
+    throw err;
   } finally {
     rmSync(context, { recursive: true, force: true });
   }
-  return { remove: async () => void (await run('docker', ['rmi', '-f', ...tags.map((t) => `installer-bench/minimal:${t}`)])) };
+  return { remove };
 }
 
 /** The minimal service in one shape, five switches with the helper's compose command; its outage for each. */
