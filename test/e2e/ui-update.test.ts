@@ -41,6 +41,8 @@ afterAll(async () => {
 
 interface Stand {
   checks: number;
+  /** Checks the stand-in has taken and not yet answered (or refused). */
+  checksInFlight: number;
   health: { at: number }[];
   /** What GET /api/health does now. */
   healthUp: boolean;
@@ -57,6 +59,7 @@ interface Stand {
 async function standIn(page: Page, opts: { realStart?: boolean } = {}): Promise<Stand> {
   const s: Stand = {
     checks: 0,
+    checksInFlight: 0,
     health: [],
     healthUp: true,
     instance: null,
@@ -70,8 +73,13 @@ async function standIn(page: Page, opts: { realStart?: boolean } = {}): Promise<
   });
   await page.route('**/api/system/self-update-check', async (route: Route) => {
     s.checks++;
-    if (s.checkUp) await route.fulfill({ json: s.check });
-    else await route.abort('connectionrefused');
+    s.checksInFlight++;
+    try {
+      if (s.checkUp) await route.fulfill({ json: s.check });
+      else await route.abort('connectionrefused');
+    } finally {
+      s.checksInFlight--;
+    }
   });
   if (!opts.realStart) {
     await page.route('**/api/system/self-update', async (route: Route) => {
@@ -108,6 +116,17 @@ async function startUpdate(page: Page, s: Stand): Promise<number> {
   await page.getByTestId('update-overlay').waitFor();
   expect(s.starts).toBe(1);
   return page.evaluate(() => Date.now());
+}
+
+/**
+ * Waits until every check the page sent has reached the stand-in and been answered, and the page
+ * has taken the answer in (its next timer set): what a moved clock sets off must be over before the
+ * test counts checks or moves the clock again.
+ */
+async function answered(s: Stand) {
+  await settle();
+  await poll(() => s.checksInFlight).toBe(0);
+  await settle();
 }
 
 /** Advances the page clock and waits for what that set off (a health request) to be answered. */
@@ -167,15 +186,22 @@ describe('update pill', () => {
       await openApp(page, s);
       await poll(() => page.getByTestId('update-check').textContent()).toContain('the check failed');
       expect(await page.getByTestId('last-update').textContent()).toContain('never updated');
+      // Pausing jumps the clock past the retries due meanwhile; the check they send may still be in
+      // flight. Once every check is answered, the one retry due is 5 s after the pause.
       await page.clock.pauseAt(T0 + MIN);
+      await answered(s);
       const before = s.checks;
-      await advance(page, 5_000);
+      await advance(page, 4_999);
+      expect(s.checks).toBe(before);
+      await advance(page, 1);
       await poll(() => s.checks).toBe(before + 1);
+      await answered(s);
       s.checkUp = true;
       s.check = { ...s.check, lastUpdate: { status: 'rolled-back', detail: 'the new build never became healthy', at: new Date(T0).toISOString(), targetDigest: REMOTE } };
       await advance(page, 5_000);
       await poll(() => s.checks).toBe(before + 2);
       await poll(() => page.getByTestId('last-update').textContent()).toContain('rolled-back');
+      await answered(s);
       // Answered: the next check is the scheduled one, not another 5 s retry.
       await advance(page, 10 * MIN);
       expect(s.checks).toBe(before + 2);
