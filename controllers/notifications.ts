@@ -3,7 +3,10 @@
 // set to the next row that is due; each claim takes one due row with FOR UPDATE SKIP LOCKED and
 // leases it, so two processes never send the same row at once and a killed one's row comes due
 // again. An answer other than 2xx (or none) is retried with exponential backoff and jitter, up to
-// a cap, until the row is older than the give-up age, when it is marked failed.
+// a cap, until the row is older than the give-up age, when it is marked failed. A delivery the
+// address rule refuses (docs/notifications.md: loopback, private, the installer's own networks,
+// unless the endpoint allows them) is not a receiver's hiccup: it waits the longest delay at once,
+// with its reason recorded, and goes out as soon as an admin changes the endpoint (or gives up).
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { DB } from '../src/db/schema.ts';
@@ -71,7 +74,7 @@ export class NotificationsReconciler {
     try {
       const secret = this.d.sealer.open(c.secretSealed);
       const body = this.d.scrub ? this.d.scrub(c.body) : c.body;
-      outcome = await (this.d.send ?? sendWebhook)({ url: c.url, secret, eventType: c.eventType, idempotencyKey: c.idempotencyKey, body }, { timeoutMs: this.d.timeoutMs });
+      outcome = await (this.d.send ?? sendWebhook)({ url: c.url, allowPrivateNetwork: c.allowPrivateNetwork, secret, eventType: c.eventType, idempotencyKey: c.idempotencyKey, body }, { timeoutMs: this.d.timeoutMs });
     } catch (err) {
       outcome = { ok: false, status: null, error: `not sent: ${(err as Error).message}` };
     }
@@ -81,9 +84,13 @@ export class NotificationsReconciler {
       logger.info({ ...fields, status: outcome.status }, 'webhook delivered');
       return;
     }
-    const retryInMs = retryDelayMs(c.attempts, this.d.retry);
+    // Refused by the address rule: only an admin's change of the endpoint (which makes it due at
+    // once) or of the name's DNS can alter that, so no backoff ramp, no storm of attempts.
+    const refused = 'refused' in outcome && outcome.refused === true;
+    const retryInMs = refused ? this.d.retry.maxMs : retryDelayMs(c.attempts, this.d.retry);
     const gaveUp = await markAttemptFailed(db, c.id, { status: outcome.status, error: outcome.error, retryInMs, giveUpMs: this.d.retry.giveUpMs });
     if (gaveUp) logger.error({ ...fields, error: outcome.error }, 'webhook delivery failed for good: gave up retrying');
+    else if (refused) logger.warn({ ...fields, error: outcome.error, retryInMs }, 'webhook delivery refused: the endpoint may not reach this address; waiting for an admin to change it');
     else logger.warn({ ...fields, error: outcome.error, retryInMs }, 'webhook delivery failed; retrying');
   }
 

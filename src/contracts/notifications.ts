@@ -16,6 +16,7 @@ export type NotificationEvent = (typeof NOTIFICATION_EVENTS)[number];
 export const DELIVERY_HEADERS = {
   event: 'x-installer-event',
   delivery: 'x-installer-delivery',
+  /** `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">` (docs/notifications.md). */
   signature: 'x-installer-signature',
   timestamp: 'x-installer-timestamp',
 } as const;
@@ -38,6 +39,8 @@ export interface WebhookJson {
   id: string;
   url: string;
   enabled: boolean;
+  /** An admin let it reach loopback, link-local, private and the installer's own networks. */
+  allowPrivateNetwork: boolean;
   createdBy: string;
   createdAt: string;
   updatedAt: string;

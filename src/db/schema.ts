@@ -231,6 +231,8 @@ export interface WebhookEndpointsTable {
   url: string;
   secret_sealed: string;
   enabled: Generated<boolean>;
+  /** An admin let it reach loopback, private and the installer's own networks (migration 0016). */
+  allow_private_network: Generated<boolean>;
   created_by: string;
   created_at: Generated<Date>;
   updated_at: Generated<Date>;

@@ -8,13 +8,17 @@ import { sql, type Kysely, type Transaction } from 'kysely';
 import type { DB } from '../db/schema.ts';
 import type { Actor } from '../auth/actor.ts';
 import type { DeliveryStatus, NotificationBody, NotificationEvent } from '../contracts/notifications.ts';
-import { notFound } from '../errors.ts';
+import { badRequest, notFound } from '../errors.ts';
+import { describeRefusal, literalHost, localNetworks, refusalOf, RULE_TEXT } from '../webhook-targets.ts';
 import { recordCompleted } from './actions.ts';
 import type { Sealer } from './platform-config.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
 export const NOTIFICATIONS_CHANNEL = 'notification_outbox';
+
+/** How the error of a delivery refused by the address rule begins (src/adapters/webhook-sender.ts). */
+export const REFUSED_PREFIX = 'refused: ';
 
 export interface NotificationInput {
   type: NotificationEvent;
@@ -45,15 +49,16 @@ export interface EndpointView {
   id: string;
   url: string;
   enabled: boolean;
+  allowPrivateNetwork: boolean;
   createdBy: string;
   createdAt: Date;
   updatedAt: Date;
 }
 
-const endpointColumns = ['id', 'url', 'enabled', 'created_by', 'created_at', 'updated_at'] as const;
-type EndpointRow = { id: string; url: string; enabled: boolean; created_by: string; created_at: Date; updated_at: Date };
+const endpointColumns = ['id', 'url', 'enabled', 'allow_private_network', 'created_by', 'created_at', 'updated_at'] as const;
+type EndpointRow = { id: string; url: string; enabled: boolean; allow_private_network: boolean; created_by: string; created_at: Date; updated_at: Date };
 const toEndpoint = (r: EndpointRow): EndpointView => ({
-  id: r.id, url: r.url, enabled: r.enabled, createdBy: r.created_by, createdAt: new Date(r.created_at), updatedAt: new Date(r.updated_at),
+  id: r.id, url: r.url, enabled: r.enabled, allowPrivateNetwork: r.allow_private_network, createdBy: r.created_by, createdAt: new Date(r.created_at), updatedAt: new Date(r.updated_at),
 });
 
 /**
@@ -69,6 +74,18 @@ export function urlForAudit(url: string): string {
   }
 }
 
+/**
+ * Refuses (400, naming the rule) a URL whose host is an IP literal a webhook may not reach, unless
+ * the endpoint allows private networks. A host name is judged at delivery, on every connection,
+ * after it is resolved: what it resolves to now says nothing of what it will resolve to then.
+ */
+export function assertReachable(url: string, allowPrivateNetwork: boolean): void {
+  if (allowPrivateNetwork) return;
+  const literal = literalHost(url);
+  const refusal = literal ? refusalOf(literal, localNetworks()) : null;
+  if (refusal) throw badRequest(`url ${describeRefusal(refusal)}: ${RULE_TEXT}`);
+}
+
 /** A new signing secret: 32 random bytes, hex, with a prefix that says what it is. */
 export function newWebhookSecret(): string {
   return `whsec_${randomBytes(32).toString('hex')}`;
@@ -80,38 +97,57 @@ export async function listEndpoints(db: Conn): Promise<EndpointView[]> {
 }
 
 /** Adds an endpoint, enabled, and records it in the audit trail. The secret is returned here only. */
-export async function addEndpoint(db: Kysely<DB>, sealer: Sealer, input: { url: string; actor: Actor }): Promise<{ endpoint: EndpointView; secret: string }> {
+export async function addEndpoint(db: Kysely<DB>, sealer: Sealer, input: { url: string; allowPrivateNetwork?: boolean; actor: Actor }): Promise<{ endpoint: EndpointView; secret: string }> {
+  const allow = input.allowPrivateNetwork ?? false;
+  assertReachable(input.url, allow);
   const secret = newWebhookSecret();
   const id = randomUUID();
   const row = await db.transaction().execute(async (tx) => {
     const r = await tx
       .insertInto('webhook_endpoints')
-      .values({ id, url: input.url, secret_sealed: sealer.seal(secret), created_by: input.actor.id })
+      .values({ id, url: input.url, secret_sealed: sealer.seal(secret), allow_private_network: allow, created_by: input.actor.id })
       .returning(endpointColumns)
       .executeTakeFirstOrThrow();
-    await recordCompleted(tx, { kind: 'webhook', actor: input.actor, detail: `added webhook ${id} (${urlForAudit(input.url)})` });
+    await recordCompleted(tx, { kind: 'webhook', actor: input.actor, detail: `added webhook ${id} (${urlForAudit(input.url)})${allow ? ', private network allowed' : ''}` });
     return r;
   });
   return { endpoint: toEndpoint(row as EndpointRow), secret };
 }
 
-/** Changes an endpoint's URL or enables/disables it; audited. 404 for an unknown id. */
-export async function changeEndpoint(db: Kysely<DB>, id: string, change: { url?: string; enabled?: boolean }, actor: Actor): Promise<EndpointView> {
+/**
+ * Changes an endpoint's URL, enables/disables it, or allows or stops allowing private networks;
+ * audited. 404 for an unknown id; 400 when the result would aim at an address it may not reach.
+ */
+export async function changeEndpoint(db: Kysely<DB>, id: string, change: { url?: string; enabled?: boolean; allowPrivateNetwork?: boolean }, actor: Actor): Promise<EndpointView> {
   return db.transaction().execute(async (tx) => {
     const before = await tx.selectFrom('webhook_endpoints').select(endpointColumns).where('id', '=', id).forUpdate().executeTakeFirst();
     if (!before) throw notFound(`no webhook endpoint ${id}`);
+    assertReachable(change.url ?? before.url, change.allowPrivateNetwork ?? before.allow_private_network);
     const after = await tx
       .updateTable('webhook_endpoints')
-      .set({ ...(change.url !== undefined ? { url: change.url } : {}), ...(change.enabled !== undefined ? { enabled: change.enabled } : {}), updated_at: new Date() })
+      .set({
+        ...(change.url !== undefined ? { url: change.url } : {}),
+        ...(change.enabled !== undefined ? { enabled: change.enabled } : {}),
+        ...(change.allowPrivateNetwork !== undefined ? { allow_private_network: change.allowPrivateNetwork } : {}),
+        updated_at: new Date(),
+      })
       .where('id', '=', id)
       .returning(endpointColumns)
       .executeTakeFirstOrThrow();
     const what: string[] = [];
-    if (change.url !== undefined && change.url !== before.url) what.push(`url ${urlForAudit(before.url)} -> ${urlForAudit(change.url)}`);
+    const urlChanged = change.url !== undefined && change.url !== before.url;
+    const allowChanged = change.allowPrivateNetwork !== undefined && change.allowPrivateNetwork !== before.allow_private_network;
+    if (urlChanged) what.push(`url ${urlForAudit(before.url)} -> ${urlForAudit(change.url!)}`);
+    if (allowChanged) what.push(change.allowPrivateNetwork ? 'private network allowed' : 'private network no longer allowed');
     if (change.enabled !== undefined && change.enabled !== before.enabled) what.push(change.enabled ? 'enabled' : 'disabled');
     if (what.length) await recordCompleted(tx, { kind: 'webhook', actor, detail: `changed webhook ${id}: ${what.join(', ')}` });
-    // Enabled again: what it is still owed is due now.
-    if (change.enabled) await sql`select pg_notify(${NOTIFICATIONS_CHANNEL}, ${id})`.execute(tx);
+    // A new destination, or one now allowed: what it is still owed (deliveries refused meanwhile
+    // wait at the longest retry delay) is due now.
+    if (urlChanged || allowChanged) {
+      await tx.updateTable('notification_outbox').set({ next_attempt_at: sql`now()` }).where('endpoint_id', '=', id).where('delivered_at', 'is', null).where('failed_at', 'is', null).where('last_error', 'like', `${REFUSED_PREFIX}%`).execute();
+    }
+    // Enabled again (or due now): wake the delivery loop.
+    if (change.enabled || urlChanged || allowChanged) await sql`select pg_notify(${NOTIFICATIONS_CHANNEL}, ${id})`.execute(tx);
     return toEndpoint(after as EndpointRow);
   });
 }
@@ -203,6 +239,7 @@ export async function listDeliveries(db: Conn, opts: { limit: number; endpointId
 export interface ClaimedDelivery {
   id: string;
   url: string;
+  allowPrivateNetwork: boolean;
   secretSealed: string;
   eventType: string;
   idempotencyKey: string;
@@ -221,7 +258,7 @@ export async function claimNextDelivery(db: Kysely<DB>, leaseMs: number): Promis
     const row = await tx
       .selectFrom('notification_outbox as o')
       .innerJoin('webhook_endpoints as e', 'e.id', 'o.endpoint_id')
-      .select(['o.id', 'e.url', 'e.secret_sealed', 'o.event_type', 'o.idempotency_key', 'o.body', 'o.attempts'])
+      .select(['o.id', 'e.url', 'e.allow_private_network', 'e.secret_sealed', 'o.event_type', 'o.idempotency_key', 'o.body', 'o.attempts'])
       .where('o.delivered_at', 'is', null)
       .where('o.failed_at', 'is', null)
       .where('o.next_attempt_at', '<=', sql<Date>`now()`)
@@ -239,7 +276,7 @@ export async function claimNextDelivery(db: Kysely<DB>, leaseMs: number): Promis
       .where('id', '=', row.id)
       .execute();
     return {
-      id: String(row.id), url: row.url, secretSealed: row.secret_sealed, eventType: row.event_type, idempotencyKey: row.idempotency_key, body: row.body,
+      id: String(row.id), url: row.url, allowPrivateNetwork: row.allow_private_network, secretSealed: row.secret_sealed, eventType: row.event_type, idempotencyKey: row.idempotency_key, body: row.body,
       attempts: row.attempts + 1,
     };
   });

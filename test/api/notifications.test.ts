@@ -4,7 +4,10 @@
 // at creation, and appears nowhere after (answers, logs, audit rows, the database in clear). Each
 // change is an audit row of kind `webhook`. The events queued in the transactions that cause them
 // (a failed job, once; update.available, once per digest) and a `test` delivery, signed, reaching
-// a real local receiver through the notifications reconciler.
+// a real local receiver through the notifications reconciler. The receivers listen on 127.0.0.1,
+// which a webhook may reach only when an admin allows private networks on the endpoint: every
+// endpoint here that expects a delivery sets allowPrivateNetwork (the refusals are proved in
+// webhook-targets.test.ts).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import { createHmac, randomUUID } from 'node:crypto';
@@ -54,8 +57,14 @@ async function receiver(answer: (r: Received) => number = () => 200): Promise<{ 
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, got, server };
 }
 
+/** The signature a receiver expects: `t=<timestamp>,v1=<HMAC-SHA256 of "<t>.<body>">` (docs/notifications.md). */
+const signed = (secret: string, headers: IncomingMessage['headers'], body: string) => {
+  const t = String(headers['x-installer-timestamp']);
+  return `t=${t},v1=${createHmac('sha256', secret).update(`${t}.${body}`).digest('hex')}`;
+};
+
 async function addEndpoint(url: string): Promise<{ id: string; secret: string }> {
-  const res = await call('POST', '/api/notifications/webhooks', admin, { url });
+  const res = await call('POST', '/api/notifications/webhooks', admin, { url, allowPrivateNetwork: true });
   expect(res.statusCode, res.body).toBe(201);
   return res.json();
 }
@@ -79,9 +88,17 @@ describe('webhook endpoints from the API', () => {
     expect(disable.statusCode, disable.body).toBe(200);
     expect(disable.json()).toMatchObject({ enabled: false });
     expect(disable.body).not.toContain(created.secret);
-    const moved = await call('PATCH', `/api/notifications/webhooks/${created.id}`, admin, { url: 'http://10.0.0.7:9000/in', enabled: true });
+    // A private address needs the admin's explicit allowance on the endpoint.
+    const refused = await call('PATCH', `/api/notifications/webhooks/${created.id}`, admin, { url: 'http://10.0.0.7:9000/in', enabled: true });
+    expect(refused.statusCode, refused.body).toBe(400);
+    expect(refused.json().message).toMatch(/^url 10\.0\.0\.7 is a private-network address: webhooks may not reach .* unless an admin sets allowPrivateNetwork/);
+    const moved = await call('PATCH', `/api/notifications/webhooks/${created.id}`, admin, { url: 'http://10.0.0.7:9000/in', enabled: true, allowPrivateNetwork: true });
     expect(moved.statusCode, moved.body).toBe(200);
-    expect(moved.json()).toMatchObject({ url: 'http://10.0.0.7:9000/in', enabled: true });
+    expect(moved.json()).toMatchObject({ url: 'http://10.0.0.7:9000/in', enabled: true, allowPrivateNetwork: true });
+    // Nor can the allowance be taken back while the URL needs it.
+    const back = await call('PATCH', `/api/notifications/webhooks/${created.id}`, admin, { allowPrivateNetwork: false });
+    expect(back.statusCode, back.body).toBe(400);
+    expect(back.json().message).toMatch(/^url 10\.0\.0\.7 is a private-network address/);
 
     const removed = await call('DELETE', `/api/notifications/webhooks/${created.id}`, admin);
     expect(removed.statusCode, removed.body).toBe(200);
@@ -93,7 +110,7 @@ describe('webhook endpoints from the API', () => {
     expect(mine.map((a) => a.detail)).toEqual([
       `added webhook ${created.id} (https://hooks.example.com/…)`,
       `changed webhook ${created.id}: disabled`,
-      `changed webhook ${created.id}: url https://hooks.example.com/… -> http://10.0.0.7:9000/…, enabled`,
+      `changed webhook ${created.id}: url https://hooks.example.com/… -> http://10.0.0.7:9000/…, private network allowed, enabled`,
       `removed webhook ${created.id} (http://10.0.0.7:9000/…)`,
     ]);
     expect(mine.every((a) => a.status === 'completed' && a.actor === 'admin')).toBe(true);
@@ -195,8 +212,9 @@ describe('deliveries', () => {
       expect(got.headers['x-installer-event']).toBe('test');
       expect(got.headers['x-installer-delivery']).toBe(idempotencyKey);
       expect(Number(got.headers['x-installer-timestamp'])).toBeGreaterThan(Date.now() / 1000 - 60);
-      const expected = `sha256=${createHmac('sha256', secret).update(got.body).digest('hex')}`;
-      expect(got.headers['x-installer-signature']).toBe(expected);
+      // Signed over the timestamp and the body.
+      expect(got.headers['x-installer-signature']).toMatch(/^t=\d+,v1=[0-9a-f]{64}$/);
+      expect(got.headers['x-installer-signature']).toBe(signed(secret, got.headers, got.body));
       expect(JSON.parse(got.body)).toMatchObject({ id: eventId, type: 'test', data: { endpointId: id, requestedBy: 'admin' } });
       await settled(async () => {
         const d = (await call('GET', `/api/notifications/deliveries?endpointId=${id}`, admin)).json() as { status: string; attempts: number; lastStatus: number }[];
@@ -222,7 +240,7 @@ describe('deliveries', () => {
       expect(got.body).not.toContain(TEST_SECRETS.SERVICE_TOKEN);
       expect(JSON.parse(got.body)).toMatchObject({ id: `job.failed:${jobId}`, type: 'job.failed', data: { jobId, kind: 'restart', actor: 'operator', detail: 'compose printed [REDACTED]', exitCode: 1 } });
       // Signed as sent.
-      expect(got.headers['x-installer-signature']).toBe(`sha256=${createHmac('sha256', secret).update(got.body).digest('hex')}`);
+      expect(got.headers['x-installer-signature']).toBe(signed(secret, got.headers, got.body));
       await call('DELETE', `/api/notifications/webhooks/${id}`, admin);
     } finally {
       r.server.close();
@@ -278,7 +296,7 @@ describe('deliveries', () => {
     const r = await receiver(() => 500);
     try {
       const a = await g.token('admin');
-      const add = await g.app.inject({ method: 'POST', url: '/api/notifications/webhooks', headers: { authorization: `Bearer ${a}` }, payload: { url: r.url } });
+      const add = await g.app.inject({ method: 'POST', url: '/api/notifications/webhooks', headers: { authorization: `Bearer ${a}` }, payload: { url: r.url, allowPrivateNetwork: true } });
       const { id } = add.json() as { id: string };
       await g.app.inject({ method: 'POST', url: `/api/notifications/webhooks/${id}/test`, headers: { authorization: `Bearer ${a}` } });
       await settled(async () => {

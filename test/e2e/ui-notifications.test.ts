@@ -1,5 +1,6 @@
 // The Notifications page in real headless Chromium against the real backend (no Docker engine):
-// an admin adds a webhook (a bad URL is refused naming the rule), sees its secret once, sends a
+// an admin adds a webhook (a bad URL is refused naming the rule; the receiver's loopback address
+// is refused until the admin ticks "Allow private networks", shown on the row), sees its secret once, sends a
 // test that a real local receiver gets signed with that secret, watches the delivery turn
 // delivered (the page passing axe-core's serious and critical rules), disables and removes the
 // webhook; a viewer is not allowed there.
@@ -53,12 +54,17 @@ describe('notifications in the UI', () => {
     await form.getByRole('button', { name: 'Add webhook' }).click();
     await poll(() => page.getByRole('alert').first().textContent()).toContain('url must use http or https, not ftp');
 
+    // The receiver listens on loopback: refused, naming the rule, until private networks are allowed.
     await form.getByLabel('URL').fill(hookUrl);
+    await form.getByRole('button', { name: 'Add webhook' }).click();
+    await poll(() => page.getByRole('alert').first().textContent()).toContain('127.0.0.1 is a loopback address');
+    await form.getByLabel('Allow private networks').check();
     await form.getByRole('button', { name: 'Add webhook' }).click();
     const secret = (await page.getByTestId('secret-value').textContent())!.trim();
     expect(secret).toMatch(/^whsec_[0-9a-f]{64}$/);
     const row = page.locator(`tr[data-webhook="${hookUrl}"]`);
     await poll(() => row.textContent()).toContain('enabled');
+    await poll(() => row.getByTestId('webhook-network').textContent()).toBe('private networks allowed');
     await page.getByRole('button', { name: 'I have stored it' }).click();
     expect(await page.getByTestId('webhook-secret').count()).toBe(0);
     // Gone for good: a reload shows no secret anywhere.
@@ -71,12 +77,18 @@ describe('notifications in the UI', () => {
     await poll(() => got.length).toBe(1);
     const hit = got[0]!;
     expect(hit.headers['x-installer-event']).toBe('test');
-    expect(hit.headers['x-installer-signature']).toBe(`sha256=${createHmac('sha256', secret).update(hit.body).digest('hex')}`);
+    const stamp = String(hit.headers['x-installer-timestamp']);
+    expect(hit.headers['x-installer-signature']).toBe(`t=${stamp},v1=${createHmac('sha256', secret).update(`${stamp}.${hit.body}`).digest('hex')}`);
     const delivery = page.locator(`tr[data-delivery="${String(hit.headers['x-installer-delivery'])}"]`);
     await poll(() => delivery.textContent(), 20_000).toContain('delivered');
     await shoot(page, 'notifications', { doc: true });
     const violations = await axeViolations(page);
     expect(violations, describeViolations('notifications', violations)).toEqual([]);
+
+    // The allowance cannot be taken back while the URL needs it: the page says why.
+    await row.getByRole('button', { name: 'Public only' }).click();
+    await poll(() => page.getByRole('alert').first().textContent()).toContain('unless an admin sets allowPrivateNetwork');
+    await poll(() => row.getByTestId('webhook-network').textContent()).toBe('private networks allowed');
 
     await row.getByRole('button', { name: 'Disable' }).click();
     await poll(() => page.getByTestId('notifications-notice').textContent()).toContain('is disabled');
@@ -92,6 +104,7 @@ describe('notifications in the UI', () => {
     await page.getByText('No webhook yet.').waitFor();
     const audit = await t.db.database.db.selectFrom('deployment_actions').select('detail').where('kind', '=', 'webhook').execute();
     expect(audit).toHaveLength(5);
+    expect(audit.map((a) => a.detail).find((d) => d?.startsWith('added webhook'))).toContain('private network allowed');
   });
 
   it('a viewer has no Notifications link and is not allowed on the page', async () => {

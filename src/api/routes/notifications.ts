@@ -1,7 +1,10 @@
 // Webhook notifications (docs/notifications.md), admins only: endpoints added, changed (URL,
 // enabled), removed and tested, and the recent deliveries of the outbox with their status. The
 // signing secret is answered once, when the endpoint is added, and never logged. The API only
-// writes and reads rows: the notifications reconciler sends.
+// writes and reads rows: the notifications reconciler sends. A URL whose host is an IP literal a
+// webhook may not reach (loopback, link-local, private, the installer's own networks) is refused
+// with a 400 naming the rule unless the admin sets allowPrivateNetwork; a host name is judged at
+// delivery, after it is resolved, on every connection.
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
@@ -29,10 +32,15 @@ export const webhookUrlSchema = z
     else if (u.hash) ctx.addIssue({ code: 'custom', message: 'url must not have a #fragment' });
   });
 
+const allowPrivateNetworkSchema = z
+  .boolean({ error: 'allowPrivateNetwork must be true or false' })
+  .describe("Let this endpoint reach loopback, link-local, private and reserved addresses and the installer's own networks (default false)");
+
 const endpointSchema = z.object({
   id: z.string(),
   url: z.string(),
   enabled: z.boolean(),
+  allowPrivateNetwork: z.boolean(),
   createdBy: z.string(),
   createdAt: z.string(),
   updatedAt: z.string(),
@@ -59,7 +67,7 @@ const deliverySchema = z.object({
 const params = z.strictObject({ id: z.uuid({ error: 'id must be a webhook endpoint id (a UUID)' }) });
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
-const out = (e: EndpointView): WebhookJson => ({ id: e.id, url: e.url, enabled: e.enabled, createdBy: e.createdBy, createdAt: e.createdAt.toISOString(), updatedAt: e.updatedAt.toISOString() });
+const out = (e: EndpointView): WebhookJson => ({ id: e.id, url: e.url, enabled: e.enabled, allowPrivateNetwork: e.allowPrivateNetwork, createdBy: e.createdBy, createdAt: e.createdAt.toISOString(), updatedAt: e.updatedAt.toISOString() });
 const outDelivery = (d: DeliveryView): DeliveryJson => ({
   ...d, nextAttemptAt: iso(d.nextAttemptAt), lastAttemptAt: iso(d.lastAttemptAt), deliveredAt: iso(d.deliveredAt), failedAt: iso(d.failedAt), createdAt: d.createdAt.toISOString(),
 });
@@ -88,13 +96,13 @@ export const notificationRoutes: FastifyPluginAsyncZod = async (app) => {
       schema: {
         tags: ['notifications'],
         summary: 'Add a webhook endpoint, enabled; the answer holds its signing secret, shown this once',
-        body: z.strictObject({ url: webhookUrlSchema }),
+        body: z.strictObject({ url: webhookUrlSchema, allowPrivateNetwork: allowPrivateNetworkSchema.optional() }),
         response: { 201: endpointSchema.extend({ secret: z.string().describe('HMAC-SHA256 key of x-installer-signature; not shown again') }) },
       },
     },
     async (req, reply) => {
-      const { endpoint, secret } = await addEndpoint(db, sealer, { url: req.body.url, actor: req.actor() });
-      logged(req, endpoint.id, { change: 'added', url: urlForAudit(endpoint.url) });
+      const { endpoint, secret } = await addEndpoint(db, sealer, { url: req.body.url, allowPrivateNetwork: req.body.allowPrivateNetwork ?? false, actor: req.actor() });
+      logged(req, endpoint.id, { change: 'added', url: urlForAudit(endpoint.url), ...(endpoint.allowPrivateNetwork ? { allowPrivateNetwork: true } : {}) });
       return reply.status(201).send({ ...out(endpoint), secret });
     },
   );
@@ -105,17 +113,17 @@ export const notificationRoutes: FastifyPluginAsyncZod = async (app) => {
       config: { access: 'admin' },
       schema: {
         tags: ['notifications'],
-        summary: "Change a webhook endpoint's URL, or disable or enable it (a disabled one keeps what it is owed until enabled again)",
+        summary: "Change a webhook endpoint's URL, disable or enable it (a disabled one keeps what it is owed until enabled again), or allow it private networks",
         params,
         body: z
-          .strictObject({ url: webhookUrlSchema.optional(), enabled: z.boolean({ error: 'enabled must be true or false' }).optional() })
-          .refine((b) => b.url !== undefined || b.enabled !== undefined, 'give url or enabled'),
+          .strictObject({ url: webhookUrlSchema.optional(), enabled: z.boolean({ error: 'enabled must be true or false' }).optional(), allowPrivateNetwork: allowPrivateNetworkSchema.optional() })
+          .refine((b) => b.url !== undefined || b.enabled !== undefined || b.allowPrivateNetwork !== undefined, 'give url or enabled or allowPrivateNetwork'),
         response: { 200: endpointSchema },
       },
     },
     async (req) => {
       const after = await changeEndpoint(db, req.params.id, req.body, req.actor());
-      logged(req, after.id, { change: 'changed', ...(req.body.url !== undefined ? { url: urlForAudit(req.body.url) } : {}), ...(req.body.enabled !== undefined ? { enabled: req.body.enabled } : {}) });
+      logged(req, after.id, { change: 'changed', ...(req.body.url !== undefined ? { url: urlForAudit(req.body.url) } : {}), ...(req.body.enabled !== undefined ? { enabled: req.body.enabled } : {}), ...(req.body.allowPrivateNetwork !== undefined ? { allowPrivateNetwork: req.body.allowPrivateNetwork } : {}) });
       return out(after);
     },
   );

@@ -1,6 +1,8 @@
 // Notifications (admin): webhook endpoints, added, tested, disabled or enabled, and removed, and
 // the recent deliveries with their status. An endpoint's signing secret is shown once, right after
-// it is added; the receiver checks x-installer-signature with it (docs/notifications.md).
+// it is added; the receiver checks x-installer-signature with it (docs/notifications.md). A webhook
+// reaches public addresses only, unless the admin allows it private networks (loopback, link-local,
+// private ranges, the installer's own networks): shown on each row, set when adding or later.
 import { useState } from 'preact/hooks';
 import { api } from '../api.ts';
 import { time } from '../format.ts';
@@ -16,6 +18,7 @@ export function NotificationsPage() {
   const [error, setError] = useState<unknown>(null);
   const [busy, setBusy] = useState<string | null>(null);
   const [url, setUrl] = useState('');
+  const [allowPrivate, setAllowPrivate] = useState(false);
   const [adding, setAdding] = useState(false);
   const [addError, setAddError] = useState<unknown>(null);
   const [secret, setSecret] = useState<{ url: string; secret: string } | null>(null);
@@ -43,9 +46,10 @@ export function NotificationsPage() {
     setAddError(null);
     setNotice(null);
     try {
-      const created = await api<WebhookRow & { secret: string }>('/api/notifications/webhooks', { method: 'POST', json: { url } });
+      const created = await api<WebhookRow & { secret: string }>('/api/notifications/webhooks', { method: 'POST', json: { url, allowPrivateNetwork: allowPrivate } });
       setSecret({ url: created.url, secret: created.secret });
       setUrl('');
+      setAllowPrivate(false);
       hooks.reload();
     } catch (err) {
       setAddError(err);
@@ -94,7 +98,8 @@ export function NotificationsPage() {
         <Notice tone="warn" testid="webhook-secret">
           <p>
             Signing secret of the webhook to {secret.url}. Copy it now: it is not shown again. The receiver checks that{' '}
-            <code>x-installer-signature</code> is <code>sha256=</code> and the HMAC-SHA256 of the raw body with this key.
+            <code>x-installer-signature</code> is <code>t=</code>the timestamp<code>,v1=</code> and the HMAC-SHA256, with this key, of the
+            timestamp, a dot and the raw body, and refuses an old timestamp.
           </p>
           <p>
             <code class="secret" data-testid="secret-value">
@@ -119,6 +124,7 @@ export function NotificationsPage() {
                 <tr>
                   <th>URL</th>
                   <th>Status</th>
+                  <th>Reaches</th>
                   <th>Added</th>
                   <th>Actions</th>
                 </tr>
@@ -129,6 +135,9 @@ export function NotificationsPage() {
                     <td class="mono break">{h.url}</td>
                     <td>
                       <Badge value={h.enabled ? 'enabled' : 'disabled'} />
+                    </td>
+                    <td class="small" data-testid="webhook-network">
+                      {h.allowPrivateNetwork ? <strong>private networks allowed</strong> : 'public addresses only'}
                     </td>
                     <td>
                       {time(h.createdAt)} <span class="muted small">by {h.createdBy}</span>
@@ -160,6 +169,21 @@ export function NotificationsPage() {
                       >
                         {h.enabled ? 'Disable' : 'Enable'}
                       </button>{' '}
+                      <button
+                        type="button"
+                        class="btn"
+                        disabled={busy !== null}
+                        onClick={() =>
+                          void act(`${h.id}:network`, async () => {
+                            await api(`/api/notifications/webhooks/${h.id}`, { method: 'PATCH', json: { allowPrivateNetwork: !h.allowPrivateNetwork } });
+                            return h.allowPrivateNetwork
+                              ? `The webhook to ${h.url} reaches public addresses only.`
+                              : `The webhook to ${h.url} may reach private networks; deliveries refused meanwhile go out now.`;
+                          })
+                        }
+                      >
+                        {h.allowPrivateNetwork ? 'Public only' : 'Allow private networks'}
+                      </button>{' '}
                       <button type="button" class="btn danger" disabled={busy !== null} onClick={() => (setDialogError(null), setRemoving(h))}>
                         Remove…
                       </button>
@@ -179,11 +203,20 @@ export function NotificationsPage() {
             URL
             <input name="url" type="url" value={url} autocomplete="off" spellcheck={false} placeholder="https://hooks.example.com/installer" onInput={(e) => setUrl(e.currentTarget.value)} aria-invalid={urlProblem} required />
           </label>
+          <label class="check">
+            <input type="checkbox" name="allowPrivateNetwork" checked={allowPrivate} onChange={(e) => setAllowPrivate(e.currentTarget.checked)} />
+            Allow private networks
+          </label>
           <button type="submit" class="btn primary" disabled={adding || !url}>
             {adding ? 'Adding…' : 'Add webhook'}
           </button>
         </form>
         {urlProblem && <p class="small warn-text">An http:// or https:// URL.</p>}
+        <p class="small muted">
+          A webhook may not reach loopback, link-local, private or reserved addresses or the installer's own networks (the Docker networks it
+          is on, where the engine and the database listen), judged on every connection after the name is resolved, unless you allow private
+          networks for it.
+        </p>
         <ErrorBox error={addError} />
       </section>
 
