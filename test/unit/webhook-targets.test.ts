@@ -1,8 +1,11 @@
 // The address rule of webhooks (src/webhook-targets.ts): which addresses a delivery may not reach
 // by default and why, including IPv4 carried inside IPv6 (mapped, compatible, NAT64, 6to4) and the
-// installer's own networks as os.networkInterfaces() gives them; public addresses pass.
+// installer's own networks as os.networkInterfaces() gives them; public addresses pass. And the
+// signature's format, against the example the documentation gives receivers.
 import { describe, expect, it } from 'vitest';
+import { readFileSync } from 'node:fs';
 import { embeddedIPv4, localNetworks, refusalOf } from '../../src/webhook-targets.ts';
+import { signature } from '../../src/adapters/webhook-sender.ts';
 
 const own = localNetworks(() => ({
   eth0: [{ address: '198.18.7.2', netmask: '255.255.255.0', family: 'IPv4', mac: '02:00:00:00:00:01', internal: false, cidr: '198.18.7.2/24' }],
@@ -46,5 +49,16 @@ describe('the webhook address rule', () => {
     expect(embeddedIPv4('::1')).toBeNull();
     expect(embeddedIPv4('2001:db8::1')).toBeNull();
     expect(embeddedIPv4('1:2:3')).toBeNull();
+  });
+});
+
+describe('the webhook signature', () => {
+  it('is t=<timestamp>,v1=<HMAC-SHA256 of "<t>.<body>">, as the example in docs/notifications.md', () => {
+    const secret = `whsec_${'0'.repeat(64)}`;
+    const header = signature(secret, '1764021600', '{"id":"test:1","type":"test"}');
+    expect(header).toBe('t=1764021600,v1=ab298363f77b9ab97cd0d84aa4af542614298ed2696a738bc2e519b777c0418e');
+    expect(readFileSync(new URL('../../docs/notifications.md', import.meta.url), 'utf8')).toContain(header);
+    // The timestamp is signed: the same body at another time has another signature.
+    expect(signature(secret, '1764021601', '{"id":"test:1","type":"test"}').split(',v1=')[1]).not.toBe(header.split(',v1=')[1]);
   });
 });

@@ -252,8 +252,9 @@ export function isConstrained(s: z.ZodType): boolean {
 export const maxLength = (s: z.ZodType): number | undefined =>
   defOf(unwrap(s).schema).checks?.find((c) => c._zod.def.check === 'max_length')?._zod.def.maximum;
 
-// The last two: a webhook endpoint id and URL (a closed local port: nothing leaves the machine).
-const CANDIDATES = ['web', 'platform-web-1', 'alice', 'A_KEY', '10', '2024-05-01T10:00:00Z', 'x', '00000000-0000-4000-8000-000000000000', 'http://127.0.0.1:9/hook'];
+// The last two: a webhook endpoint id and URL (a name, accepted when added; a delivery to it is
+// refused, since it resolves to loopback: nothing leaves the machine).
+const CANDIDATES = ['web', 'platform-web-1', 'alice', 'A_KEY', '10', '2024-05-01T10:00:00Z', 'x', '00000000-0000-4000-8000-000000000000', 'http://localhost:9/hook'];
 
 /** A value the schema accepts, built from its shape (the first candidate that parses, for strings). */
 export function sample(s: z.ZodType): unknown {
