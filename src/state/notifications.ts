@@ -122,7 +122,9 @@ export async function changeEndpoint(db: Kysely<DB>, id: string, change: { url?:
   return db.transaction().execute(async (tx) => {
     const before = await tx.selectFrom('webhook_endpoints').select(endpointColumns).where('id', '=', id).forUpdate().executeTakeFirst();
     if (!before) throw notFound(`no webhook endpoint ${id}`);
-    assertReachable(change.url ?? before.url, change.allowPrivateNetwork ?? before.allow_private_network);
+    // Judged when the destination or its allowance changes: an endpoint added before the rule can
+    // still be disabled or enabled as it is (its deliveries are refused until it is allowed).
+    if (change.url !== undefined || change.allowPrivateNetwork !== undefined) assertReachable(change.url ?? before.url, change.allowPrivateNetwork ?? before.allow_private_network);
     const after = await tx
       .updateTable('webhook_endpoints')
       .set({

@@ -173,6 +173,8 @@ describe('deliveries aimed inward', () => {
       }
       expect(v4.got.length + v6.got.length + onOwn.got.length).toBe(0);
       expect(t.logs.join('')).toContain('webhook delivery refused');
+      // An endpoint added before the rule can still be disabled and enabled as it is.
+      for (const enabled of [false, true]) expect((await api('PATCH', `/api/notifications/webhooks/${ids[1]!}`, { enabled })).status).toBe(200);
 
       // The admin allows each endpoint: what was refused goes out at once, to the very receiver
       // the URL names (the refusal was the rule's, not the network's).
