@@ -98,8 +98,8 @@ export function NotificationsPage() {
         <Notice tone="warn" testid="webhook-secret">
           <p>
             Signing secret of the webhook to {secret.url}. Copy it now: it is not shown again. The receiver checks that{' '}
-            <code>x-installer-signature</code> is <code>t=</code>the timestamp<code>,v1=</code> and the HMAC-SHA256, with this key, of the
-            timestamp, a dot and the raw body, and refuses an old timestamp.
+            <code>x-installer-signature</code> is <code>{'t=<timestamp>,v1=<hmac>'}</code>, where hmac is the HMAC-SHA256 with this key of the
+            timestamp, a dot and the raw body, and refuses a timestamp more than 5 minutes old.
           </p>
           <p>
             <code class="secret" data-testid="secret-value">
