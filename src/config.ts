@@ -34,6 +34,8 @@ export const settingsSchema = z.object({
   TLS_KEY_FILE: z.string().min(1).optional(),
   /** Strict-Transport-Security max-age, sent over HTTPS only with the operator's certificate; 0: never sent. */
   HSTS_MAX_AGE_SECONDS: z.coerce.number().int('must be a whole number of seconds').min(0, 'must be at least 0').max(2 * 365 * 24 * 3600, 'must be at most two years').default(365 * 24 * 3600),
+  /** Whether /api/docs (the API document and its viewer) is served; unset: on outside production only. */
+  API_DOCS: z.enum(['on', 'off'], { error: 'must be on or off' }).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   TZ: z.literal('UTC', { error: 'must be UTC: container log timestamps and audit times are UTC' }).default('UTC'),
 

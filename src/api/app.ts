@@ -13,7 +13,7 @@ import type { Database } from '../db/database.ts';
 import type { ApiPlatformPort, ContainerLogsPort, DiagnosticsPort, MachinesPort, TlsView } from '../contracts/ports.ts';
 import type { JobEventLog } from '../state/job-events.ts';
 import type { Sealer } from '../state/platform-config.ts';
-import { authPlugin } from './auth.ts';
+import { authPlugin, undeclaredAccess, type Access } from './auth.ts';
 import { UserDirectory } from '../auth/user-directory.ts';
 import { USERS_CHANNEL, userViews } from '../state/users.ts';
 import { errorBody, installErrorHandling } from './errors.ts';
@@ -72,9 +72,38 @@ export function userDirectory(database: Database): UserDirectory {
 export interface RouteEntry {
   method: string;
   url: string;
-  access: string;
+  access: Access;
   sse: boolean;
+  /** The route's schema summary, when it has one (docs/access.md shows it). */
+  summary?: string;
 }
+
+/**
+ * The access given to every route registered in a context (and the contexts inside it) that does
+ * not declare its own: for a plugin of someone else's whose routes take no `config`, such as the
+ * API document's viewer. Set with `declareAccess`.
+ */
+const CONTEXT_ACCESS = Symbol('context access');
+
+/** Gives the routes a third-party plugin registers in `context` the access `access`. */
+export function declareAccess(context: FastifyInstance, access: Access): void {
+  (context as FastifyInstance & { [CONTEXT_ACCESS]?: Access })[CONTEXT_ACCESS] = access;
+}
+
+/**
+ * Whether the API document (/api/docs) is served: API_DOCS when set, else only outside
+ * production (docs/adr/0039-access-from-the-matched-route.md).
+ */
+export function apiDocsOn(settings: Pick<Settings, 'API_DOCS' | 'NODE_ENV'>): boolean {
+  return settings.API_DOCS === undefined ? settings.NODE_ENV !== 'production' : settings.API_DOCS === 'on';
+}
+
+/**
+ * The API document's viewer loads only its own files: no inline script, nothing from elsewhere.
+ * Styles: swagger-ui sets some inline, which this allows; scripts never.
+ */
+export const API_DOCS_CSP =
+  "default-src 'self'; script-src 'self'; script-src-attr 'none'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; font-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'";
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -136,13 +165,21 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.decorate('instance', randomUUID());
   const users = deps.users ?? userDirectory(deps.database);
   app.decorate('users', users);
-  // Every route with the role it needs: the access-matrix test is generated from this table.
+  // Every route with the access it declares, in the order registered: the access matrix, the
+  // request-line test and docs/access.md are made from this table. A route that declares no access
+  // (or an unknown one) stops the app here, naming the route: nothing is public by omission.
   const routeTable: RouteEntry[] = [];
   app.decorate('routeTable', routeTable);
-  app.addHook('onRoute', (r) => {
+  app.addHook('onRoute', function (r) {
+    const contextual = (this as FastifyInstance & { [CONTEXT_ACCESS]?: Access })[CONTEXT_ACCESS];
+    if (r.config?.access === undefined && contextual !== undefined) r.config = { ...r.config, access: contextual };
+    const access = r.config?.access;
     for (const method of [r.method].flat()) {
-      if (method === 'HEAD' || r.url.startsWith('/api/docs')) continue;
-      routeTable.push({ method, url: r.url, access: (r.config as { access?: string } | undefined)?.access ?? (r.url.startsWith('/api/') ? 'viewer' : 'public'), sse: Boolean((r as { sse?: unknown }).sse) });
+      const refused = undeclaredAccess(method, r.url, access);
+      if (refused) throw new Error(refused);
+      if (method === 'HEAD') continue;
+      const summary = (r.schema as { summary?: unknown } | undefined)?.summary;
+      routeTable.push({ method, url: r.url, access: access!, sse: Boolean((r as { sse?: unknown }).sse), ...(typeof summary === 'string' ? { summary } : {}) });
     }
   });
 
@@ -172,7 +209,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
     transform: jsonSchemaTransform,
   });
-  await app.register(fastifySwaggerUi, { routePrefix: '/api/docs' });
 
   // A controllers-only process (INSTALLER_ROLE=controllers) answers only what its container's
   // healthcheck asks (docs/adr/0024-api-and-controllers-roles.md).
@@ -202,6 +238,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await api.register(tlsRoutes);
     await api.register(notificationRoutes);
   });
+  // The API document (collected by @fastify/swagger above), public when served: it holds no data.
+  // A context of its own gives the viewer's routes their declared access; its answers carry a CSP.
+  if (apiDocsOn(deps.settings)) {
+    await app.register(async (docs) => {
+      declareAccess(docs, 'public');
+      await docs.register(fastifySwaggerUi, { routePrefix: '/api/docs', staticCSP: API_DOCS_CSP, uiConfig: { validatorUrl: null } });
+    });
+  }
   // The operator UI, outside the /api context: its catch-all never answers for /api paths.
   await app.register(uiRoutes, deps.uiDir ? { root: deps.uiDir } : {});
   return app;

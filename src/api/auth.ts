@@ -1,6 +1,6 @@
-// Authentication and roles for every /api route. A route declares `config.access`: 'public' or the
-// least role it needs (viewer < operator < admin); API routes default to 'viewer' (any signed-in
-// caller). A bearer token is either a JWT issued by /api/auth/login or the service token. A JWT
+// Authentication and roles for every route. Every route declares `config.access`: 'public' or the
+// least role it needs (viewer < operator < admin); the app refuses to start with a route that does
+// not, and the decision is read from the route the router matched, never from the URL string. A bearer token is either a JWT issued by /api/auth/login or the service token. A JWT
 // works while its `uid` names the user's row, its `gen` is that user's current token generation,
 // and the user is enabled (docs/adr/0016-user-management.md); a user who must choose a password
 // reaches only the routes marked `config.passwordChange`.
@@ -90,12 +90,26 @@ function actorHeader(req: FastifyRequest, name: string): string | null {
   return value;
 }
 
-/** The role a request needs: its route's declared access, else viewer for /api paths (unknown ones too). */
-function accessOf(req: FastifyRequest): Access {
-  const declared = req.routeOptions.config?.access;
-  if (declared) return declared;
-  const url = req.url;
-  return url.startsWith('/api/') && !url.startsWith('/api/docs') ? 'viewer' : 'public';
+/**
+ * The role a request needs, from the route the router matched: never from the request line, which
+ * the router decodes and normalises its own way. A request that matched no route (the not-found
+ * handler) needs none and gets nothing but the 404. A route without a declared access cannot
+ * exist (the app refuses to start, see `checkDeclaredAccess`); were one to slip through, it is
+ * refused, not opened.
+ */
+function accessOf(req: FastifyRequest): Access | 'not-found' | undefined {
+  if (req.is404) return 'not-found';
+  return req.routeOptions.config?.access;
+}
+
+const ACCESS_VALUES: readonly Access[] = ['public', 'viewer', 'operator', 'admin', 'admin-or-service'];
+
+/** The message that stops the app when a route declares no access, or an unknown one. */
+export function undeclaredAccess(method: string, url: string, access: unknown): string | null {
+  if (ACCESS_VALUES.includes(access as Access)) return null;
+  return access === undefined
+    ? `route ${method} ${url} declares no access: set config.access to 'public', 'viewer', 'operator', 'admin' or 'admin-or-service'`
+    : `route ${method} ${url} declares an unknown access ${JSON.stringify(access)}: use 'public', 'viewer', 'operator', 'admin' or 'admin-or-service'`;
 }
 
 function bearer(req: FastifyRequest): string {
@@ -194,7 +208,9 @@ export const authPlugin = fp(
       let failure: Error | undefined;
       try {
         const access = accessOf(req);
-        if (access !== 'public') {
+        if (access === undefined) {
+          failure = forbidden('this route declares no access, so nobody may use it');
+        } else if (access !== 'public' && access !== 'not-found') {
           const principal = authenticate(req);
           if (principal instanceof Promise) {
             principal.then(

@@ -1,8 +1,8 @@
 // The operator UI: the single-page app built by Vite (src/ui, `npm run build:ui`) served at `/`.
 // Registered outside the /api child context: one catch-all GET route serves a built file when
 // the path names one, else index.html, so the app's own routes (/jobs/…, /audit) survive a reload.
-// /api paths never fall back: an unknown one is still the API's JSON 404, after authentication
-// (the auth hook treats every /api path without a declared access as needing a viewer).
+// /api paths never fall back, however spelt (`namesApi`): an unknown one is the API's JSON 404,
+// which carries nothing but the path.
 import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,6 +14,24 @@ export const DEFAULT_UI_DIR = fileURLToPath(new URL('../ui/dist/', import.meta.u
 
 // The UI loads nothing from elsewhere: scripts and styles are its own files, data comes from /api.
 const CSP = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'";
+
+/**
+ * Whether a path names something under /api (or /metrics) however it is spelt (any case, dot segments, doubled
+ * or encoded slashes, `;` parameters, encoded twice): the UI answers none of those, so a request
+ * line that the router did not match to an API route gets the API's 404, never the app.
+ */
+export function namesApi(decoded: string): boolean {
+  let p = decoded;
+  for (let i = 0; i < 3 && p.includes('%'); i++) {
+    try {
+      p = decodeURIComponent(p);
+    } catch {
+      break;
+    }
+  }
+  const normal = path.posix.normalize(p.replace(/\\/g, '/').replace(/;[^/]*/g, '')).toLowerCase();
+  return normal === '/api' || normal === '/api/' || normal.startsWith('/api/') || normal === '/metrics' || normal.startsWith('/metrics/');
+}
 
 export async function uiRoutes(app: FastifyInstance, opts: { root?: string }): Promise<void> {
   const root = path.resolve(opts.root ?? DEFAULT_UI_DIR);
@@ -35,14 +53,16 @@ export async function uiRoutes(app: FastifyInstance, opts: { root?: string }): P
     }
   };
 
-  app.get('/*', { schema: { hide: true } }, async (req, reply) => {
+  app.get('/*', { config: { access: 'public' }, schema: { hide: true } }, async (req, reply) => {
     let pathname: string;
     try {
-      pathname = decodeURIComponent((req.url.split('?')[0] ?? '/').replace(/\/+/g, '/'));
+      // An absolute-form target (`GET http://host/path`) is routed by its path, as here.
+      const target = req.url.replace(/^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i, '');
+      pathname = decodeURIComponent((target.split(/[?#]/)[0] ?? '/').replace(/\/+/g, '/'));
     } catch {
       return reply.callNotFound();
     }
-    if (pathname === '/api' || pathname.startsWith('/api/')) return reply.callNotFound();
+    if (namesApi(pathname)) return reply.callNotFound();
     if (!built) {
       return reply.status(503).type('text/plain; charset=utf-8').send('The operator UI is not built: run `npm run build:ui`, then restart. The API is at /api (docs at /api/docs).\n');
     }

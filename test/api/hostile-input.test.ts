@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import fc from 'fast-check';
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createRequire } from 'node:module';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { z } from 'zod';
@@ -545,8 +546,12 @@ describe('hostile input, generated from the route table and the route schemas', 
     expect(badSpawns).toEqual([]);
     // No file outside the data, platform and UI directories.
     // Also allowed: the installer's own compose file (read by the self-update check) and the
-    // process's own /proc entries (read by the metrics), both fixed paths that no input names.
-    const allowed = [t.settings.DATA_DIR, dirs.platform, dirs.ui, path.resolve(t.settings.INSTALLER_WORK_DIR, t.settings.INSTALLER_COMPOSE_FILE), '/proc/self'];
+    // process's own /proc entries (read by the metrics), both fixed paths that no input names;
+    // and the API document's own files (its viewer's static route is in the table when it is
+    // served; the document generator reads its package.json once).
+    const resolve = createRequire(import.meta.url).resolve;
+    const docsFiles = [path.join(path.dirname(resolve('@fastify/swagger-ui/package.json')), 'static'), resolve('@fastify/swagger/package.json')];
+    const allowed = [t.settings.DATA_DIR, dirs.platform, dirs.ui, ...docsFiles, path.resolve(t.settings.INSTALLER_WORK_DIR, t.settings.INSTALLER_COMPOSE_FILE), '/proc/self'];
     const outside = [...new Set(guard.files)].filter((f) => !allowed.some((d) => inside(f, d)));
     expect(outside).toEqual([]);
 

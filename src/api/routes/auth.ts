@@ -103,7 +103,7 @@ export const authRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/auth/me',
     {
-      config: { passwordChange: true },
+      config: { access: 'viewer', passwordChange: true },
       schema: { tags: ['auth'], summary: 'Who the bearer token belongs to', response: { 200: principalSchema } },
     },
     async (req) => {
@@ -117,7 +117,7 @@ export const authRoutes: FastifyPluginAsyncZod = async (app) => {
   app.put(
     '/api/auth/password',
     {
-      config: { passwordChange: true },
+      config: { access: 'viewer', passwordChange: true },
       schema: {
         tags: ['auth'],
         summary: 'Change your own password (the current one is required); answers a new token, as the old ones stop working',

@@ -235,6 +235,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/deployment/jobs',
     {
+      config: { access: 'viewer' },
       schema: {
         tags: ['deployment'],
         summary: 'Recent jobs, newest first',
@@ -247,7 +248,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
 
   app.get(
     '/api/deployment/jobs/:jobId',
-    { schema: { tags: ['deployment'], summary: 'One job and its status', params: jobIdParams, response: { 200: jobSchema } } },
+    { config: { access: 'viewer' }, schema: { tags: ['deployment'], summary: 'One job and its status', params: jobIdParams, response: { 200: jobSchema } } },
     async (req) => {
       const job = await getJob(db, req.params.jobId);
       if (!job) throw notFound(`no job ${req.params.jobId}`);
@@ -258,6 +259,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/deployment/jobs/:jobId/logs',
     {
+      config: { access: 'viewer' },
       sse: 'only',
       schema: {
         tags: ['deployment'],
@@ -336,6 +338,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/deployment/actions',
     {
+      config: { access: 'viewer' },
       schema: {
         tags: ['deployment'],
         summary: `The audit trail, newest first (limit default ${ACTIONS_LIMIT.default}, at most ${ACTIONS_LIMIT.max})`,
@@ -380,6 +383,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/deployment/actions.csv',
     {
+      config: { access: 'viewer' },
       schema: {
         tags: ['deployment'],
         summary: 'The audit trail as a CSV file: every row matching the filters, newest first',
@@ -418,6 +422,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/deployment/status',
     {
+      config: { access: 'viewer' },
       schema: {
         tags: ['deployment'],
         summary: "The platform's containers, running and queued jobs, and the last action of each kind",
@@ -467,6 +472,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/deployment/config',
     {
+      config: { access: 'viewer' },
       schema: {
         tags: ['deployment'],
         summary: "The platform's .env with secret-looking values masked, and changes waiting for apply-config",

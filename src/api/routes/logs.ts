@@ -224,6 +224,7 @@ export const logRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/deployment/logs',
     {
+      config: { access: 'viewer' },
       sse: 'manual',
       schema: { tags: ['logs'], summary: 'Live aggregated logs of all platform containers (SSE)', description: liveDescription, querystring: tailQuery },
     },
@@ -239,6 +240,7 @@ export const logRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/deployment/logs/:service',
     {
+      config: { access: 'viewer' },
       sse: 'manual',
       schema: {
         tags: ['logs'],

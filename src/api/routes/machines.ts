@@ -36,6 +36,7 @@ export const machineRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/machines',
     {
+      config: { access: 'viewer' },
       schema: {
         tags: ['system'],
         summary: "Each state chart's graph (xstate/graph toDirectedGraph, flattened) and the current state of its recent actors",

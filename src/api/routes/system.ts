@@ -48,6 +48,7 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/system/self-update-check',
     {
+      config: { access: 'viewer' },
       schema: {
         tags: ['system'],
         summary: "Whether a newer build exists on the installer's channel, whether the compose file changed, and the last update's outcome",

@@ -32,6 +32,7 @@ export const updateHistoryRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/system/self-update/history',
     {
+      config: { access: 'viewer' },
       schema: {
         tags: ['system'],
         summary: `Self-updates that ran their helper, newest first, with the downtime the installer measured (limit default ${HISTORY_LIMIT.default}, at most ${HISTORY_LIMIT.max})`,

@@ -78,7 +78,7 @@ export const updatePolicyRoutes: FastifyPluginAsyncZod = async (app) => {
 
   app.get(
     '/api/system/update-policy',
-    { schema: { tags: ['system'], summary: 'The self-update policy (manual, notify, or auto in a weekly UTC window) and what it last decided', response: { 200: policySchema } } },
+    { config: { access: 'viewer' }, schema: { tags: ['system'], summary: 'The self-update policy (manual, notify, or auto in a weekly UTC window) and what it last decided', response: { 200: policySchema } } },
     async () => out(await getUpdatePolicy(db)),
   );
 
@@ -105,6 +105,7 @@ export const updatePolicyRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/system/quarantine',
     {
+      config: { access: 'viewer' },
       schema: {
         tags: ['system'],
         summary: 'Builds whose update rolled back or failed: the policy never starts them; a manual POST /api/system/self-update lifts one',

@@ -18,7 +18,7 @@ const versionAnswer = versionSchema.extend(ageFields);
 export const versionRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/version',
-    { schema: { tags: ['system'], summary: 'Running image reference and digest, as the observer last saw them', response: { 200: versionAnswer } } },
+    { config: { access: 'viewer' }, schema: { tags: ['system'], summary: 'Running image reference and digest, as the observer last saw them', response: { 200: versionAnswer } } },
     async () => {
       const row = await readFresh(app.deps.database.db, 'installer', freshness(app.deps.settings).fast);
       const info = row?.data ?? { inContainer: false, image: null, tag: null, digest: null, imageId: null, containerId: null, note: 'the installer has not been observed yet: no observer answered in time' };
