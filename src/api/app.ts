@@ -92,7 +92,7 @@ export function declareAccess(context: FastifyInstance, access: Access): void {
 
 /**
  * Whether the API document (/api/docs) is served: API_DOCS when set, else only outside
- * production (docs/adr/0039-access-from-the-matched-route.md).
+ * production (docs/adr/0002-roles.md).
  */
 export function apiDocsOn(settings: Pick<Settings, 'API_DOCS' | 'NODE_ENV'>): boolean {
   return settings.API_DOCS === undefined ? settings.NODE_ENV !== 'production' : settings.API_DOCS === 'on';
@@ -100,7 +100,8 @@ export function apiDocsOn(settings: Pick<Settings, 'API_DOCS' | 'NODE_ENV'>): bo
 
 /**
  * The API document's viewer loads only its own files: no inline script, nothing from elsewhere.
- * Styles: swagger-ui sets some inline, which this allows; scripts never.
+ * Styles: swagger-ui adds a <style> element of its own, so inline styles are allowed; scripts
+ * never (test/e2e/ui-api-docs.test.ts renders it in Chromium with no violation).
  */
 export const API_DOCS_CSP =
   "default-src 'self'; script-src 'self'; script-src-attr 'none'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; font-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'";
@@ -140,12 +141,20 @@ function requestDetails(req: FastifyRequest, reply: FastifyReply) {
   return { method: req.method, url: req.url, statusCode: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 };
 }
 
+/**
+ * How the router matches, stated: exact case, no trailing-slash or doubled-slash folding, `;` part
+ * of the path. Access is read from the route matched (auth.ts), so these decide only what is
+ * found, never what is allowed (docs/adr/0002-roles.md).
+ */
+export const ROUTER_OPTIONS = { caseSensitive: true, ignoreTrailingSlash: false, ignoreDuplicateSlashes: false, useSemicolonDelimiter: false };
+
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
     bodyLimit: 1024 * 1024,
     requestIdHeader: false,
     trustProxy: false,
+    routerOptions: ROUTER_OPTIONS,
     return503OnClosing: true,
     logController: new OneLinePerRequest(),
     childLoggerFactory: lazyRequestLogger,

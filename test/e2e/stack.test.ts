@@ -28,7 +28,8 @@ beforeAll(async () => {
 describe('the installer stack (dev compose file, real engine, local registry)', () => {
   let stack: Stack | undefined;
   beforeAll(async () => {
-    stack = await startStack({ version: tag });
+    // The API document is off by default in production: this stack turns it on to check the bundle serves it.
+    stack = await startStack({ version: tag, env: { API_DOCS: 'on' } });
   });
   afterAll(async () => stack?.down());
 
@@ -76,6 +77,7 @@ describe('the installer stack (dev compose file, real engine, local registry)', 
     expect(Object.keys(api.paths)).toContain('/api/system/self-update');
     const viewer = await fetch(`${stack!.baseUrl}/api/docs/`);
     expect(viewer.status).toBe(200);
+    expect(viewer.headers.get('content-security-policy')).toContain("script-src 'self';");
     expect(await viewer.text()).toContain('swagger-ui');
     // The viewer's files come from its package in node_modules, which the bundle points at.
     const script = await fetch(`${stack!.baseUrl}/api/docs/static/swagger-ui-bundle.js`);
