@@ -66,7 +66,8 @@ async function stopWhileStalled(proc: Running, connect: () => Promise<net.Socket
 
 describe('a SIGTERM while a client holds a response it does not read', () => {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'installer-drain-'));
-  const env = (extra: Record<string, string> = {}) => ({ DATABASE_URL: db.url, DATA_DIR: dataDir, HOST: '127.0.0.1', PORT: '0', ...SECRETS, ...extra });
+  // API_DOCS=on: the large answer is the API document viewer's script (off by default in production).
+  const env = (extra: Record<string, string> = {}) => ({ DATABASE_URL: db.url, DATA_DIR: dataDir, HOST: '127.0.0.1', PORT: '0', API_DOCS: 'on', ...SECRETS, ...extra });
 
   it('ends that connection after the drain and exits 0 (plain HTTP)', async () => {
     const proc = runEntry('src/main.ts', env());

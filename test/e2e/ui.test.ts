@@ -57,8 +57,10 @@ describe('operator UI', () => {
     expect((await fetch(`${base}/assets/nope-123.js`)).status).toBe(404);
     // No network at run time: the bundle loads nothing from elsewhere.
     expect(html).not.toMatch(/https?:\/\//);
+    // An unknown /api path is no route: a 404 carrying only the path, with or without a token.
     const unknownApi = await fetch(`${base}/api/nope`);
-    expect(unknownApi.status).toBe(401);
+    expect(unknownApi.status).toBe(404);
+    expect(((await unknownApi.json()) as { code: string }).code).toBe('not_found');
     const authed = await fetch(`${base}/api/nope`, { headers: { authorization: `Bearer ${await t.token('viewer')}` } });
     expect(authed.status).toBe(404);
     expect(((await authed.json()) as { code: string }).code).toBe('not_found');
