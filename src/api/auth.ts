@@ -1,9 +1,10 @@
 // Authentication and roles for every route. Every route declares `config.access`: 'public' or the
 // least role it needs (viewer < operator < admin); the app refuses to start with a route that does
-// not, and the decision is read from the route the router matched, never from the URL string. A bearer token is either a JWT issued by /api/auth/login or the service token. A JWT
-// works while its `uid` names the user's row, its `gen` is that user's current token generation,
-// and the user is enabled (docs/adr/0016-user-management.md); a user who must choose a password
-// reaches only the routes marked `config.passwordChange`.
+// not (app.ts), and the need is read from the route the router matched, never from the URL string
+// (docs/adr/0002-roles.md). A bearer token is either a JWT issued by /api/auth/login or the
+// service token. A JWT works while its `uid` names the user's row, its `gen` is that user's
+// current token generation, and the user is enabled (docs/adr/0016-user-management.md); a user who
+// must choose a password reaches only the routes marked `config.passwordChange`.
 import fp from 'fastify-plugin';
 import fastifyJwt from '@fastify/jwt';
 import { hash, timingSafeEqual } from 'node:crypto';
@@ -94,8 +95,8 @@ function actorHeader(req: FastifyRequest, name: string): string | null {
  * The role a request needs, from the route the router matched: never from the request line, which
  * the router decodes and normalises its own way. A request that matched no route (the not-found
  * handler) needs none and gets nothing but the 404. A route without a declared access cannot
- * exist (the app refuses to start, see `checkDeclaredAccess`); were one to slip through, it is
- * refused, not opened.
+ * exist (app.ts's route table refuses to start with one, `undeclaredAccess`); were one to slip
+ * through, it is refused, not opened.
  */
 function accessOf(req: FastifyRequest): Access | 'not-found' | undefined {
   if (req.is404) return 'not-found';
