@@ -19,7 +19,7 @@ import {
   updateSelfUpdate, type SelfUpdateView,
 } from '../src/state/self-update.ts';
 import type { NewJobEvent } from '../src/state/job-events.ts';
-import { BACKEND_SERVICE, helperSpec, HELPER_NAME, type SelfUpdateEngine, type SelfUpdateSettings } from '../src/adapters/self-update.ts';
+import { BACKEND_SERVICE, helperSpec, HELPER_NAME, sha256Of, type SelfUpdateEngine, type SelfUpdateSettings } from '../src/adapters/self-update.ts';
 import {
   abortDetail, phaseOfState, SELF_UPDATE_CHART_VERSION, selfUpdateMachine,
   type PreflightChanges, type RecordActionInput, type RecordedAction, type ResolvedTarget, type RunningImage, type SelfUpdateContext,
@@ -174,6 +174,8 @@ export class SelfUpdateReconciler {
       stageComposeFile: fromPromise<{ before: string | null }, { content: string }>(async ({ input }) => {
         const before = await engine.readStaged();
         await noteChange('stagedFile', before);
+        // Recorded before the write: the helper installs the staged file only if it has this digest.
+        await updateSelfUpdate(db, id, { stagedComposeSha256: sha256Of(input.content) });
         await engine.writeStaged(input.content);
         return { before };
       }),
@@ -214,7 +216,10 @@ export class SelfUpdateReconciler {
         if (await engine.removeHelper()) log.info(`removed a leftover ${HELPER_NAME}`);
       }),
       spawnHelper: fromPromise<string, { target: UpdateTarget }>(async ({ input }) => {
-        const spec = helperSpec(settings, input.target, id);
+        // The digest recorded when the file was staged, read back from the row: the helper checks it.
+        const staged = (await getSelfUpdate(db, id))?.stagedComposeSha256 ?? null;
+        if (!staged) throw new Error('no digest of the staged compose file is recorded: the helper would have nothing to check it against');
+        const spec = helperSpec(settings, input.target, id, staged);
         const containerId = await engine.spawnHelper(spec);
         log.info({ containerId, image: spec.image, cmd: spec.cmd }, `started ${HELPER_NAME}`);
         await say(

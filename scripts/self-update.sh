@@ -5,6 +5,10 @@
 #
 #   sh /usr/src/app/scripts/self-update.sh <project> <work-dir> <compose-file> <staged-compose-file> <rollback-tag> <new-tag> <service>
 #
+#   0. refuses, before anything is changed (exit 1, no status), a staged file whose directory or
+#      staging root (its parent) is a symbolic link, is owned by another user or is writable by group
+#      or others, and a staged file whose sha256 is not SELF_UPDATE_STAGED_SHA256 (the digest the
+#      backend recorded when it staged the file; docs/adr/0041-trusted-sources-and-staging.md);
 #   1. backs up <compose-file> to <compose-file>.pre-update and installs <staged-compose-file>;
 #   2. when the compose file has a one-shot <service>-init (the schema migrations), runs it on the new
 #      image while the old <service> still serves: VERSION=<new-tag> docker compose -p <project>
@@ -95,11 +99,54 @@ migrate() {
 rm -f "$status_file"
 say "updating compose project $project in $work_dir to $new_tag (rollback: $rollback_tag)"
 
+# refuse WHY: the staged file is not installed and nothing has been changed; the backend keeps running.
+refuse() {
+  rm -f "$compose_file.new"
+  say "switch failed: $1"
+  say "refused before anything was changed: $service keeps running its current build"
+  exit 1
+}
+
+# unsafe PATH dir|file: why PATH may not be used (nothing when it may): a symbolic link, not a
+# directory or regular file, another owner than this helper's (root), or writable by group or others.
+uid=$(id -u)
+unsafe() {
+  if [ -L "$1" ]; then echo "$1 is a symbolic link"; return; fi
+  if [ "$2" = dir ] && [ ! -d "$1" ]; then echo "$1 is not a directory"; return; fi
+  if [ "$2" = file ] && [ ! -f "$1" ]; then echo "$1 is not a regular file"; return; fi
+  owner_mode=$(stat -c '%u %a' "$1" 2>/dev/null) || { echo "cannot read the owner of $1"; return; }
+  owner=${owner_mode% *}
+  mode=${owner_mode#* }
+  if [ "$owner" != "$uid" ]; then echo "$1 is owned by uid $owner, not by uid $uid"; return; fi
+  if [ $((0$mode & 022)) -ne 0 ]; then echo "$1 is writable by group or others (mode $mode)"; fi
+}
+
+staged_dir=$(dirname "$staged")
+for checked in "$(dirname "$staged_dir") dir" "$staged_dir dir" "$staged file"; do
+  why=$(unsafe "${checked% *}" "${checked##* }")
+  [ -z "$why" ] || refuse "the staged compose file is not safe to install: $why; another user could have replaced it"
+done
+
+# The copy that is installed is the one checked: the staged file cannot change in between.
+cp "$staged" "$compose_file.new" || refuse "cannot copy $staged to $compose_file.new"
+expected=${SELF_UPDATE_STAGED_SHA256:-}
+if [ -z "$expected" ]; then
+  say "warning: no digest of the staged file was handed over (a backend that records none started this helper); only its directory was checked"
+else
+  case $expected in
+    *[!0-9a-f]*) refuse "SELF_UPDATE_STAGED_SHA256 is not a sha256 digest" ;;
+  esac
+  [ "${#expected}" -eq 64 ] || refuse "SELF_UPDATE_STAGED_SHA256 is not a sha256 digest"
+  actual=$(sha256sum "$compose_file.new" | cut -d ' ' -f 1)
+  [ "$actual" = "$expected" ] || refuse "the staged compose file $staged does not match the digest recorded when it was staged: expected $expected, got $actual"
+  say "the staged compose file has the digest recorded when it was staged ($expected)"
+fi
+
 backed_up=0
 reason=
 if cp -p "$compose_file" "$compose_file.pre-update"; then
   backed_up=1
-  if cp "$staged" "$compose_file.new" && mv -f "$compose_file.new" "$compose_file"; then
+  if mv -f "$compose_file.new" "$compose_file"; then
     say "installed $staged as $compose_file (backup: $compose_file.pre-update)"
     migrate "$new_tag"
     if [ "$rc" -eq 0 ]; then
@@ -116,6 +163,7 @@ if cp -p "$compose_file" "$compose_file.pre-update"; then
     reason="cannot install $staged as $compose_file"
   fi
 else
+  rm -f "$compose_file.new"
   reason="cannot back up $compose_file to $compose_file.pre-update"
 fi
 say "switch failed: $reason"

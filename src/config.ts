@@ -3,6 +3,7 @@
 import { z } from 'zod';
 import path from 'node:path';
 import { DEFAULT_HOST, DEFAULT_PORT } from './early-listeners.ts';
+import { parseFilePins, parseSha256, remoteSourceProblem, SOURCE_RULE } from './contracts/trusted-source.ts';
 
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'])
@@ -16,6 +17,17 @@ const absolutePath = z.string().refine((p) => path.isAbsolute(p), 'must be an ab
 const repository = z
   .string()
   .regex(/^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(\/[a-z0-9]+([._-][a-z0-9]+)*)*$/, 'must be a registry host with an optional path, e.g. registry.example.com or 127.0.0.1:5000');
+
+/** A URL of a source of files run as root: https, plain http to loopback only (docs/adr/0041-trusted-sources-and-staging.md). */
+const isRemoteSource = (v: string) => /^[a-z][a-z0-9+.-]*:\/\//i.test(v);
+const trustedUrl = (u: string) => {
+  try {
+    return remoteSourceProblem(new URL(u)) === null;
+  } catch {
+    return false;
+  }
+};
+const sha256Pin = z.string().refine((v) => parseSha256(v) !== null, 'must be a sha256 digest: 64 hex digits, optionally after sha256:').transform((v) => parseSha256(v)!);
 
 const tagName = z.string().regex(/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/, 'must be a valid image tag');
 
@@ -66,8 +78,15 @@ export const settingsSchema = z.object({
   INSTALLER_PROJECT: z.string().regex(/^[a-z0-9][a-z0-9_-]*$/, 'must be a compose project name').default('installer'),
   INSTALLER_WORK_DIR: absolutePath.default('/opt/installer'),
   INSTALLER_COMPOSE_FILE: z.string().min(1).default('docker-compose.yml'),
-  STAGING_ROOT: absolutePath.default('/var/tmp/installer'),
-  PUBLISHED_COMPOSE_URL: z.string().url().optional(),
+  /** Where a self-update stages the compose file the helper installs: a directory only root can write (docs/adr/0041-trusted-sources-and-staging.md). */
+  STAGING_ROOT: absolutePath.default('/var/lib/installer/staging'),
+  PUBLISHED_COMPOSE_URL: z
+    .string()
+    .url('must be a URL')
+    .refine((u) => u.startsWith('file:') || trustedUrl(u), `${SOURCE_RULE}, or a file:// URL`)
+    .optional(),
+  /** The sha256 the published compose file must have, wherever it comes from; unset: not pinned. */
+  PUBLISHED_COMPOSE_SHA256: sha256Pin.optional(),
   INSTALLER_CONTAINER_NAME: z.string().min(1).default('installer-backend'),
   SELF_UPDATE_PREFLIGHT_TIMEOUT_SECONDS: positiveInt.max(3600, 'must be at most 3600').default(300),
   SELF_UPDATE_WAIT_TIMEOUT_SECONDS: positiveInt.max(3600, 'must be at most 3600').optional(),
@@ -82,7 +101,20 @@ export const settingsSchema = z.object({
 
   PLATFORM_PROJECT: z.string().regex(/^[a-z0-9][a-z0-9_-]*$/, 'must be a compose project name').default('platform'),
   PLATFORM_DIR: z.string().min(1).optional(),
-  PLATFORM_TEMPLATES_URL: z.string().min(1).optional(),
+  PLATFORM_TEMPLATES_URL: z
+    .string()
+    .min(1)
+    .refine((v) => !isRemoteSource(v) || trustedUrl(v), `${SOURCE_RULE}, or a local directory`)
+    .optional(),
+  /** `docker-compose.yml=<sha256>,.env.template=<sha256>`: the digests the templates must have; unset: not pinned. */
+  PLATFORM_TEMPLATES_SHA256: z
+    .string()
+    .superRefine((v, ctx) => {
+      const r = parseFilePins(v, ['docker-compose.yml', '.env.template']);
+      if ('problem' in r) ctx.addIssue({ code: 'custom', message: r.problem });
+    })
+    .transform((v) => (parseFilePins(v, ['docker-compose.yml', '.env.template']) as { pins: Record<string, string> }).pins)
+    .optional(),
   PLATFORM_URL: z.string().url().optional(),
   /** The installer's address as the platform's containers reach it; written into the platform's .env as INSTALLER_URL. */
   PLATFORM_INSTALLER_URL: z.string().url().refine((u) => /^https?:\/\//.test(u), 'must be an http:// or https:// URL').default('http://installer-backend:8080'),

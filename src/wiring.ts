@@ -48,7 +48,7 @@ export interface Wired {
 export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger: Logger; database: Database; secretSet: SecretSet; recentLogs?: RecentLines }, opts: { runtime?: RuntimePort; selfUpdateEngine?: SelfUpdateEngine } = {}): Wired {
   const { settings, secrets, logger, database } = b;
   const docker = connectEngine(settings.DOCKER_SOCKET);
-  const platformFiles = new PlatformFiles(settings.PLATFORM_DIR, settings.PLATFORM_PROJECT, settings.DOCKER_SOCKET);
+  const platformFiles = new PlatformFiles(settings.PLATFORM_DIR, settings.PLATFORM_PROJECT, settings.DOCKER_SOCKET, { pins: settings.PLATFORM_TEMPLATES_SHA256 });
   // One set of secret values for every scrubber (boot's): a rotated-in service token joins it before use.
   const secretSet = b.secretSet;
   const recentLogs = b.recentLogs ?? new RecentLines();
@@ -83,6 +83,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     rollbackTag: settings.SELF_UPDATE_ROLLBACK_TAG,
     dockerSocket: settings.DOCKER_SOCKET,
     publishedComposeUrl: settings.PUBLISHED_COMPOSE_URL,
+    publishedComposeSha256: settings.PUBLISHED_COMPOSE_SHA256,
     waitTimeoutSeconds: settings.SELF_UPDATE_WAIT_TIMEOUT_SECONDS,
     backupsKeep: settings.SELF_UPDATE_BACKUPS_KEEP,
   };

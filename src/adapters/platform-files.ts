@@ -1,13 +1,27 @@
 // The platform's files on the host: its compose file and .env in PLATFORM_DIR. Templates for a
-// deploy come from an http(s) URL or a local directory; they are validated by compose before they
-// replace anything, and every file is replaced atomically (write, then rename).
+// deploy come from an https URL (plain http to loopback only, redirects within the same origin;
+// docs/adr/0041-trusted-sources-and-staging.md) or a local directory; they must match their pins
+// (PLATFORM_TEMPLATES_SHA256) when set, are validated by compose before they replace anything,
+// and every file is replaced atomically (write, then rename).
 import { mkdir, readFile, rename, rm, stat, writeFile, copyFile, mkdtemp } from 'node:fs/promises';
 import path from 'node:path';
 import { composeOutput, type ComposeTarget } from './compose-cli.ts';
 import { INSTALLER_ENV_KEYS, INSTALLER_KEYS } from '../contracts/platform-env.ts';
+import { pinMismatch, printableUrl } from '../contracts/trusted-source.ts';
+import { fetchTrusted } from './trusted-fetch.ts';
+import { createHash } from 'node:crypto';
 
 export const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]*$/;
 export const TEMPLATE_FILES = ['docker-compose.yml', '.env.template'] as const;
+/** The largest template file a deploy accepts. */
+export const MAX_TEMPLATE_BYTES = 1024 * 1024;
+
+export interface TemplateSourceOptions {
+  /** PLATFORM_TEMPLATES_SHA256: the sha256 (lower-case hex) each template file must have. */
+  pins?: Partial<Record<(typeof TEMPLATE_FILES)[number], string>> | undefined;
+  /** Certificate authorities (PEM) trusted besides the system's. */
+  ca?: string | undefined;
+}
 
 
 export interface EnvEntry {
@@ -121,6 +135,7 @@ export class PlatformFiles {
     readonly project: string,
     /** The engine compose talks to (the DOCKER_SOCKET setting). */
     readonly dockerSocket?: string,
+    private readonly sources: TemplateSourceOptions = {},
   ) {}
 
   get composeFile(): string {
@@ -184,19 +199,31 @@ export class PlatformFiles {
     try {
       for (const name of TEMPLATE_FILES) {
         const dest = path.join(staging, name === '.env.template' ? '.env.template' : name);
-        if (/^https?:\/\//.test(source)) {
-          const url = new URL(name, source.endsWith('/') ? source : `${source}/`);
-          log(`downloading ${url.href}`);
-          const res = await fetch(url, { signal: AbortSignal.timeout(60_000) });
-          if (!res.ok) throw new Error(`downloading ${url.href} failed: HTTP ${res.status}`);
-          await writeFile(dest, Buffer.from(await res.arrayBuffer()));
+        const pin = this.sources.pins?.[name];
+        if (/^[a-z][a-z0-9+.-]*:\/\//i.test(source)) {
+          const base = new URL(source);
+          const folder = new URL(base.href);
+          if (!folder.pathname.endsWith('/')) folder.pathname += '/';
+          const url = new URL(name, folder);
+          // The folder's credentials and query string (an access token) go with each file.
+          url.search = base.search;
+          url.username = base.username;
+          url.password = base.password;
+          log(`downloading ${printableUrl(url)}`);
+          const got = await fetchTrusted(url, { what: `the template ${name}`, maxBytes: MAX_TEMPLATE_BYTES, sha256: pin ?? null, ...(this.sources.ca ? { ca: this.sources.ca } : {}) });
+          await writeFile(dest, got.body);
         } else {
           const from = path.join(path.resolve(source), name);
           log(`copying ${from}`);
           await copyFile(from, dest).catch((err: NodeJS.ErrnoException) => {
             throw new Error(`reading template ${from} failed (${err.code ?? err.message})`);
           });
+          if (pin) {
+            const actual = createHash('sha256').update(await readFile(dest)).digest('hex');
+            if (actual !== pin) throw new Error(pinMismatch(`the template ${from}`, pin, actual));
+          }
         }
+        if (pin) log(`${name} matches its sha256 pin`);
       }
       const template = await readFile(path.join(staging, '.env.template'), 'utf8');
       if (template.includes('<USER>') && vmUser === null) log('warning: the templates use <USER> but no VM user is set; left as is');

@@ -2,10 +2,11 @@
 // distribution endpoint, pulling by digest and tagging, the installer's own compose file on the
 // host (read through the engine: the work dir is not mounted into the backend), the published
 // compose file (PUBLISHED_COMPOSE_URL, else the one the channel's newest image ships), the staged
-// file, and the helper container.
+// file in a directory only root can write, and the helper container
+// (docs/adr/0041-trusted-sources-and-staging.md).
 import type Docker from 'dockerode';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { randomBytes } from 'node:crypto';
+import { readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { createHash, randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { Readable } from 'node:stream';
@@ -13,6 +14,9 @@ import { pipeline } from 'node:stream/promises';
 import tar from 'tar-stream';
 import type { RuntimePort, SelfUpdatePort } from '../contracts/ports.ts';
 import type { BackupResult, DatabaseBackup } from './database-backup.ts';
+import { fetchTrusted } from './trusted-fetch.ts';
+import { ensureSafeDir, refuseUnsafeFile } from './staging-dir.ts';
+import { pinMismatch, printableUrl } from '../contracts/trusted-source.ts';
 
 export const HELPER_NAME = 'installer-self-updater';
 export const HELPER_SCRIPT = '/usr/src/app/scripts/self-update.sh';
@@ -54,13 +58,17 @@ export interface SelfUpdateSettings {
   dockerSocket: string;
   /** Where the channel's published compose file is fetched; unset: the file the target image ships. */
   publishedComposeUrl?: string | undefined;
+  /** PUBLISHED_COMPOSE_SHA256: the sha256 (lower-case hex) the published compose file must have, wherever it comes from. */
+  publishedComposeSha256?: string | undefined;
+  /** Certificate authorities (PEM) trusted for PUBLISHED_COMPOSE_URL besides the system's. */
+  sourcesCa?: string | undefined;
   /** Test-only override of the helper's 300 s wait (SELF_UPDATE_WAIT_TIMEOUT in the helper). */
   waitTimeoutSeconds?: number | undefined;
   /** How many database backups preflight keeps (SELF_UPDATE_BACKUPS_KEEP, default 5). */
   backupsKeep?: number | undefined;
 }
 
-/** `<staging-root>/self-update/docker-compose.yml`: `/var/tmp/installer/self-update/docker-compose.yml` by default. */
+/** `<staging-root>/self-update/docker-compose.yml`: `/var/lib/installer/staging/self-update/docker-compose.yml` by default. */
 export const stagedComposePath = (stagingRoot: string) => path.posix.join(stagingRoot, 'self-update', 'docker-compose.yml');
 
 export interface HelperSpec {
@@ -72,14 +80,24 @@ export interface HelperSpec {
   labels: Record<string, string>;
 }
 
-/** The helper container of the spec: the new tag's image, three identical-path mounts, the fixed command. */
-export function helperSpec(s: SelfUpdateSettings, target: { tag: string; digest: string }, requestId: string): HelperSpec {
+/** The sha256 (lower-case hex) of a staged file's content, as the helper's sha256sum prints it. */
+export const sha256Of = (content: string | Buffer) => createHash('sha256').update(content).digest('hex');
+
+/**
+ * The helper container of the spec: the new tag's image, three identical-path mounts, the fixed
+ * command; `stagedSha256` (recorded with the request when the file was staged) is the digest the
+ * helper checks the staged file against before it installs it.
+ */
+export function helperSpec(s: SelfUpdateSettings, target: { tag: string; digest: string }, requestId: string, stagedSha256: string | null = null): HelperSpec {
+  const env: string[] = [];
+  if (stagedSha256) env.push(`SELF_UPDATE_STAGED_SHA256=${stagedSha256}`);
+  if (s.waitTimeoutSeconds) env.push(`SELF_UPDATE_WAIT_TIMEOUT=${s.waitTimeoutSeconds}`);
   return {
     name: HELPER_NAME,
     image: `${s.repository}:${target.tag}`,
     cmd: ['sh', HELPER_SCRIPT, s.project, s.workDir, s.composeFile, stagedComposePath(s.stagingRoot), s.rollbackTag, target.tag, BACKEND_SERVICE],
     binds: [`${s.dockerSocket}:${s.dockerSocket}`, `${s.workDir}:${s.workDir}`, `${s.stagingRoot}:${s.stagingRoot}`],
-    env: s.waitTimeoutSeconds ? [`SELF_UPDATE_WAIT_TIMEOUT=${s.waitTimeoutSeconds}`] : [],
+    env,
     labels: { 'io.installer.self-update.request': requestId, 'io.installer.self-update.target': target.digest },
   };
 }
@@ -168,27 +186,45 @@ async function collect(stream: Readable): Promise<Buffer> {
   return Buffer.concat(parts);
 }
 
-/** Fetches a compose file from an http(s) or file:// URL; it must look like a compose file. */
-export async function fetchComposeFile(url: string, timeoutMs = 60_000): Promise<string> {
+export interface ComposeSourceOptions {
+  /** The sha256 (lower-case hex) the file must have (PUBLISHED_COMPOSE_SHA256). */
+  sha256?: string | undefined;
+  /** Certificate authorities (PEM) trusted besides the system's. */
+  ca?: string | undefined;
+  timeoutMs?: number;
+}
+
+/**
+ * Fetches a compose file from an https:// URL (plain http:// to loopback only; redirects within
+ * the same origin only) or a file:// URL; it must look like a compose file and match its pin.
+ * Errors name the URL without credentials or query string.
+ */
+export async function fetchComposeFile(url: string, opts: ComposeSourceOptions = {}): Promise<string> {
   let text: string;
   const u = new URL(url);
+  const shown = printableUrl(u);
   if (u.protocol === 'file:') {
     text = await readFile(fileURLToPath(u), 'utf8').catch((err: NodeJS.ErrnoException) => {
-      throw new Error(`cannot read the published compose file ${url} (${err.code ?? err.message})`);
+      throw new Error(`cannot read the published compose file ${shown} (${err.code ?? err.message})`);
     });
+    checkPin(text, opts.sha256, `the published compose file ${shown}`);
   } else if (u.protocol === 'http:' || u.protocol === 'https:') {
-    let res: Response;
-    try {
-      res = await fetch(u, { signal: AbortSignal.timeout(timeoutMs), redirect: 'follow' });
-    } catch (err) {
-      throw new Error(`cannot fetch the published compose file ${url}: ${(err as Error).message}`);
-    }
-    if (!res.ok) throw new Error(`fetching the published compose file ${url} failed: HTTP ${res.status}`);
-    text = await res.text();
+    const got = await fetchTrusted(u, {
+      what: 'the published compose file', maxBytes: MAX_COMPOSE_BYTES + 1, sha256: opts.sha256 ?? null, timeoutMs: opts.timeoutMs ?? 60_000, ...(opts.ca ? { ca: opts.ca } : {}),
+    });
+    text = got.body.toString('utf8');
   } else {
-    throw new Error(`PUBLISHED_COMPOSE_URL must be an http(s) or file:// URL, not ${u.protocol}`);
+    throw new Error(`PUBLISHED_COMPOSE_URL must be an https:// or file:// URL, not ${u.protocol}`);
   }
-  return checkComposeText(text, `the published compose file ${url}`);
+  return checkComposeText(text, `the published compose file ${shown}`);
+}
+
+/** Throws when a pin is set and the text's sha256 differs, naming both digests. */
+export function checkPin(text: string, sha256: string | undefined | null, what: string): string {
+  if (!sha256) return text;
+  const actual = sha256Of(text);
+  if (actual !== sha256) throw new Error(pinMismatch(what, sha256, actual));
+  return text;
 }
 
 /** The published file must look like a compose file: at most 1 MB, a top-level `services:`. */
@@ -374,17 +410,27 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
     return text;
   }
 
+  private fetchPublished(url: string): Promise<string> {
+    return fetchComposeFile(url, { sha256: this.s.publishedComposeSha256, ca: this.s.sourcesCa });
+  }
+
+  /** The file an image ships, held to PUBLISHED_COMPOSE_SHA256 when that is set. */
+  private async pinnedFileOfImage(imageId: string, channel: string): Promise<string> {
+    const text = await this.composeFileOfImage(imageId, channel);
+    return checkPin(text, this.s.publishedComposeSha256, `the compose file ${imageComposePath(channel)} of image ${imageId}`);
+  }
+
   async publishedComposeOf(channel: string, imageId: string): Promise<string> {
-    if (this.s.publishedComposeUrl) return fetchComposeFile(this.s.publishedComposeUrl);
-    return this.composeFileOfImage(imageId, channel);
+    if (this.s.publishedComposeUrl) return this.fetchPublished(this.s.publishedComposeUrl);
+    return this.pinnedFileOfImage(imageId, channel);
   }
 
   async publishedComposeFile(channel: string | null, newestDigest: string | null): Promise<string> {
-    if (this.s.publishedComposeUrl) return fetchComposeFile(this.s.publishedComposeUrl);
+    if (this.s.publishedComposeUrl) return this.fetchPublished(this.s.publishedComposeUrl);
     if (!channel) throw new Error('the channel is unknown, so is the compose file it publishes');
     if (!newestDigest) throw new Error(`the newest build of channel ${channel} is unknown, so is the compose file it ships`);
     const imageId = await this.imageIdOf(`${this.s.repository}@${newestDigest}`);
-    if (imageId) return this.composeFileOfImage(imageId, channel);
+    if (imageId) return this.pinnedFileOfImage(imageId, channel);
     throw coded(this.prefetch(channel, newestDigest), COMPOSE_PENDING);
   }
 
@@ -482,7 +528,19 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
     return stagedComposePath(this.s.stagingRoot);
   }
 
+  /**
+   * The staged file's directory (`<staging-root>/self-update`), made with mode 0700 where missing;
+   * throws when it or the staging root is a symbolic link, owned by another user or writable by
+   * group or others, or when a directory above them could be changed by another user.
+   */
+  private async stagingDir(create: boolean): Promise<string | null> {
+    const dir = path.dirname(this.staged);
+    return ensureSafeDir(this.s.stagingRoot, ['self-update'], { create, setting: 'STAGING_ROOT' }).then((ok) => (ok ? dir : null));
+  }
+
   async readStaged(): Promise<string | null> {
+    if ((await this.stagingDir(false)) === null) return null;
+    await refuseUnsafeFile(this.staged);
     return readFile(this.staged, 'utf8').catch((err: NodeJS.ErrnoException) => {
       if (err.code === 'ENOENT') return null;
       throw new Error(`cannot read ${this.staged}: ${err.code ?? err.message}`);
@@ -490,10 +548,12 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
   }
 
   async writeStaged(content: string): Promise<void> {
+    await this.stagingDir(true);
     const tmp = `${this.staged}.tmp-${process.pid}`;
     try {
-      await mkdir(path.dirname(this.staged), { recursive: true, mode: 0o755 });
-      await writeFile(tmp, content, { mode: 0o644 });
+      await rm(tmp, { force: true });
+      // wx: never through a link or a file someone else left under that name.
+      await writeFile(tmp, content, { mode: 0o600, flag: 'wx' });
       await rename(tmp, this.staged);
     } catch (err) {
       await rm(tmp, { force: true }).catch(() => {});
@@ -502,6 +562,7 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
   }
 
   async removeStaged(): Promise<void> {
+    if ((await this.stagingDir(false)) === null) return;
     await rm(this.staged, { force: true });
   }
 

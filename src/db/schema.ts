@@ -142,6 +142,8 @@ export interface SelfUpdateStatusTable {
   pre_update_migration: string | null;
   /** The database backup preflight took (migration 0012). */
   backup_file: string | null;
+  /** The sha256 of the compose file preflight staged; the helper checks the staged file against it (migration 0015). */
+  staged_compose_sha256: string | null;
   action_id: string | null;
   helper_container_id: string | null;
   helper_deadline: Date | null;

@@ -38,6 +38,8 @@ export interface SelfUpdateView {
   preUpdateMigration: string | null;
   /** The database backup preflight took (a file name in the backups volume). */
   backupFile: string | null;
+  /** The sha256 of the compose file preflight staged. */
+  stagedComposeSha256: string | null;
   actionId: string | null;
   helperContainerId: string | null;
   helperDeadline: Date | null;
@@ -52,14 +54,14 @@ export interface SelfUpdateView {
 
 const columns = [
   'r.request_id', 'r.job_id', 'r.actor', 'r.actor_email', 'r.created_at', 's.phase', 's.snapshot', 's.channel', 's.target_tag', 's.target_digest',
-  's.target_image_id', 's.previous_reference', 's.previous_digest', 's.previous_image_id', 's.pre_update_migration', 's.backup_file', 's.action_id',
+  's.target_image_id', 's.previous_reference', 's.previous_digest', 's.previous_image_id', 's.pre_update_migration', 's.backup_file', 's.staged_compose_sha256', 's.action_id',
   's.helper_container_id', 's.helper_deadline', 's.helper_exit_code', 's.abort_code', 's.detail', 's.updated_at', 's.finished_at',
 ] as const;
 
 type Row = {
   request_id: string; job_id: string | null; actor: string; actor_email: string | null; created_at: Date; phase: SelfUpdatePhase; snapshot: unknown;
   channel: string | null; target_tag: string | null; target_digest: string | null; target_image_id: string | null;
-  previous_reference: string | null; previous_digest: string | null; previous_image_id: string | null; pre_update_migration: string | null; backup_file: string | null;
+  previous_reference: string | null; previous_digest: string | null; previous_image_id: string | null; pre_update_migration: string | null; backup_file: string | null; staged_compose_sha256: string | null;
   action_id: string | null; helper_container_id: string | null; helper_deadline: Date | null; helper_exit_code: number | null;
   abort_code: string | null; detail: string | null; updated_at: Date; finished_at: Date | null;
 };
@@ -84,6 +86,7 @@ function toView(r: Row): SelfUpdateView {
     previousImageId: r.previous_image_id,
     preUpdateMigration: r.pre_update_migration,
     backupFile: r.backup_file,
+    stagedComposeSha256: r.staged_compose_sha256,
     actionId: r.action_id === null ? null : String(r.action_id),
     helperContainerId: r.helper_container_id,
     helperDeadline: date(r.helper_deadline),
@@ -126,7 +129,7 @@ function emptyStatus(requestId: string) {
   return {
     request_id: requestId, phase: 'requested' as const, conditions: '[]', snapshot: null, chart_version: null, claimed_by: null, channel: null,
     target_tag: null, target_digest: null, target_image_id: null, previous_reference: null, previous_digest: null, previous_image_id: null,
-    pre_update_migration: null, backup_file: null, action_id: null, helper_container_id: null, helper_deadline: null, helper_exit_code: null, abort_code: null,
+    pre_update_migration: null, backup_file: null, staged_compose_sha256: null, action_id: null, helper_container_id: null, helper_deadline: null, helper_exit_code: null, abort_code: null,
     detail: null, finished_at: null,
   };
 }
@@ -175,6 +178,7 @@ export interface SelfUpdatePatch {
   previousImageId?: string | null;
   preUpdateMigration?: string | null;
   backupFile?: string | null;
+  stagedComposeSha256?: string | null;
   actionId?: string | null;
   helperContainerId?: string | null;
   helperDeadline?: Date | null;
@@ -188,7 +192,7 @@ export interface SelfUpdatePatch {
 const COLUMN: Record<Exclude<keyof SelfUpdatePatch, 'snapshot' | 'conditions' | 'finished'>, string> = {
   phase: 'phase', chartVersion: 'chart_version', channel: 'channel', targetTag: 'target_tag', targetDigest: 'target_digest',
   targetImageId: 'target_image_id', previousReference: 'previous_reference', previousDigest: 'previous_digest',
-  previousImageId: 'previous_image_id', preUpdateMigration: 'pre_update_migration', backupFile: 'backup_file', actionId: 'action_id',
+  previousImageId: 'previous_image_id', preUpdateMigration: 'pre_update_migration', backupFile: 'backup_file', stagedComposeSha256: 'staged_compose_sha256', actionId: 'action_id',
   helperContainerId: 'helper_container_id', helperDeadline: 'helper_deadline', helperExitCode: 'helper_exit_code',
   abortCode: 'abort_code', detail: 'detail',
 };

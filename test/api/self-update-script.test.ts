@@ -1,9 +1,12 @@
 // scripts/self-update.sh under a POSIX shell with a stand-in `docker` on PATH that records every
 // call and fails for the tags it is told to: the switch, the rollback, the status file, the exit
-// codes, the backup and the exact compose command. The real engine runs it in test/e2e.
+// codes, the backup and the exact compose command; and what it refuses to install: a staged file in
+// a directory another user owns or may write, a symbolic link, a file whose digest is not the one
+// recorded when it was staged. The real engine runs it in test/e2e.
 import { beforeEach, describe, expect, it } from 'vitest';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { ROOT } from '../helpers/shared/process.ts';
@@ -48,7 +51,11 @@ beforeEach(() => {
   chmodSync(path.join(bin, 'docker'), 0o755);
 });
 
-function helper(opts: { failTags?: string; waitTimeout?: string; args?: string[]; services?: string; initExit?: number } = {}) {
+const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
+
+function helper(opts: { failTags?: string; waitTimeout?: string; args?: string[]; services?: string; initExit?: number; stagedSha256?: string | null } = {}) {
+  // As the backend hands it over: the digest of the file it staged (null: a backend that records none).
+  const digest = opts.stagedSha256 === undefined ? sha256(NEW) : opts.stagedSha256;
   const calls = path.join(dir, 'calls');
   const args = opts.args ?? ['installer', work, 'docker-compose.yml', staged, 'rollback', 'dev-latest', 'backend'];
   const r = spawnSync('sh', [SCRIPT, ...args], {
@@ -59,6 +66,7 @@ function helper(opts: { failTags?: string; waitTimeout?: string; args?: string[]
       SERVICES: opts.services ?? 'postgres backend',
       INIT_EXIT: String(opts.initExit ?? 0),
       ...(opts.waitTimeout ? { SELF_UPDATE_WAIT_TIMEOUT: opts.waitTimeout } : {}),
+      ...(digest !== null ? { SELF_UPDATE_STAGED_SHA256: digest } : {}),
     },
     encoding: 'utf8',
   });
@@ -68,6 +76,18 @@ function helper(opts: { failTags?: string; waitTimeout?: string; args?: string[]
 }
 
 const composeFile = () => readFileSync(path.join(work, 'docker-compose.yml'), 'utf8');
+const rmLink = (p: string) => spawnSync('rm', ['-f', p]);
+
+/** Refused before anything was changed: no compose call, the old file in place, no backup, no status, exit 1. */
+function expectRefused(r: ReturnType<typeof helper>, why: string) {
+  expect(r.code, r.out).toBe(1);
+  expect(r.calls).toEqual([]);
+  expect(r.status).toBeNull();
+  expect(composeFile()).toBe(OLD);
+  expect(existsSync(path.join(work, 'docker-compose.yml.pre-update'))).toBe(false);
+  expect(parseHelperLog(r.out).switchFailure).toContain(why);
+  expect(r.out).toContain('self-update: refused before anything was changed: backend keeps running its current build');
+}
 const backup = () => readFileSync(path.join(work, 'docker-compose.yml.pre-update'), 'utf8');
 const upArgs = (timeout = '300') => `compose -p installer -f docker-compose.yml up -d --wait --wait-timeout ${timeout} backend`;
 /** The helper asks the installed file whether it has a one-shot backend-init before the switch. */
@@ -116,13 +136,10 @@ describe('self-update.sh', () => {
     expect(helper({ waitTimeout: 'soon' }).code).toBe(2);
   });
 
-  it('a staged file that cannot be installed is a failed switch: straight to the rollback', () => {
-    const r = helper({ args: ['installer', work, 'docker-compose.yml', path.join(dir, 'missing.yml'), 'rollback', 'dev-latest', 'backend'] });
-    expect(r.code).toBe(0);
-    expect(r.status).toBe('rolled-back\n');
-    expect(r.calls.map((c) => c[0])).toEqual(['rollback INSTALLER_INIT_REPLICAS=0']);
-    expect(composeFile()).toBe(OLD);
-    expect(parseHelperLog(r.out).switchFailure).toMatch(/^cannot install .*missing\.yml as docker-compose\.yml$/);
+  it('a staged file that is missing is refused before anything is changed: no switch, no rollback, exit 1', () => {
+    const missing = path.join(path.dirname(staged), 'missing.yml');
+    const r = helper({ args: ['installer', work, 'docker-compose.yml', missing, 'rollback', 'dev-latest', 'backend'] });
+    expectRefused(r, `${missing} is not a regular file`);
   });
 
   it('with a one-shot backend-init in the new file, runs it on the new tag to its end before the switch', () => {
@@ -153,6 +170,73 @@ describe('self-update.sh', () => {
       switchFailure: 'backend-init exited 3 before the switch: installer: migration failed: 0099_marker failed: boom',
       rollbackFailure: null,
     });
+  });
+
+  it('checks the staged file against the digest recorded when it was staged, and installs the copy it checked', () => {
+    const r = helper();
+    expect(r.code).toBe(0);
+    expect(r.out).toContain(`the staged compose file has the digest recorded when it was staged (${sha256(NEW)})`);
+    expect(composeFile()).toBe(NEW);
+  });
+
+  it('refuses a staged file whose digest is not the recorded one, naming both digests', () => {
+    const tampered = `${NEW}  evil: { image: busybox, privileged: true }\n`;
+    writeFileSync(staged, tampered);
+    const r = helper();
+    expectRefused(r, `does not match the digest recorded when it was staged: expected ${sha256(NEW)}, got ${sha256(tampered)}`);
+    expect(existsSync(path.join(work, 'docker-compose.yml.new'))).toBe(false);
+    expect(helper({ stagedSha256: 'not-a-digest' }).out).toContain('SELF_UPDATE_STAGED_SHA256 is not a sha256 digest');
+  });
+
+  it('without a digest handed over (a backend that records none) says so and relies on the directory checks', () => {
+    const r = helper({ stagedSha256: null });
+    expect(r.code).toBe(0);
+    expect(r.status).toBe('ok\n');
+    expect(r.out).toContain('warning: no digest of the staged file was handed over');
+    expect(composeFile()).toBe(NEW);
+  });
+
+  it('refuses a staging directory owned by another uid', () => {
+    chownSync(path.dirname(staged), 12345, 12345);
+    expectRefused(helper(), `${path.dirname(staged)} is owned by uid 12345, not by uid 0`);
+  });
+
+  it('refuses a staging root owned by another uid', () => {
+    const root = path.dirname(path.dirname(staged));
+    chownSync(root, 12345, 12345);
+    expectRefused(helper(), `${root} is owned by uid 12345, not by uid 0`);
+  });
+
+  it('refuses a staging root or directory that others or the group may write', () => {
+    const root = path.dirname(path.dirname(staged));
+    chmodSync(root, 0o757);
+    expectRefused(helper(), `${root} is writable by group or others (mode 757)`);
+    chmodSync(root, 0o755);
+    chmodSync(path.dirname(staged), 0o775);
+    expectRefused(helper(), `${path.dirname(staged)} is writable by group or others (mode 775)`);
+  });
+
+  it('refuses a staged file owned by another uid or writable by others', () => {
+    chownSync(staged, 12345, 12345);
+    expectRefused(helper(), `${staged} is owned by uid 12345, not by uid 0`);
+    chownSync(staged, 0, 0);
+    chmodSync(staged, 0o646);
+    expectRefused(helper(), `${staged} is writable by group or others (mode 646)`);
+  });
+
+  it('refuses a staging directory or staged file that is a symbolic link', () => {
+    // The directory swapped for a link to one that holds a file of someone else's choosing.
+    const elsewhere = path.join(dir, 'elsewhere');
+    mkdirSync(elsewhere);
+    writeFileSync(path.join(elsewhere, 'docker-compose.yml'), NEW);
+    renameSync(path.dirname(staged), path.join(dir, 'moved'));
+    symlinkSync(elsewhere, path.dirname(staged));
+    expectRefused(helper(), `${path.dirname(staged)} is a symbolic link`);
+    rmLink(path.dirname(staged));
+    renameSync(path.join(dir, 'moved'), path.dirname(staged));
+    renameSync(staged, `${staged}.real`);
+    symlinkSync(`${staged}.real`, staged);
+    expectRefused(helper(), `${staged} is a symbolic link`);
   });
 
   it('takes exactly seven arguments', () => {

@@ -14,6 +14,7 @@ import { getSelfUpdate, listSelfUpdates, pendingReconciliation as pendingReconci
 import { Sealer } from '../../src/state/platform-config.ts';
 import { listQuarantine } from '../../src/state/update-policy.ts';
 import { INSTANCE_HEADER } from '../../src/contracts/instance.ts';
+import { sha256Of } from '../../src/adapters/self-update.ts';
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };
@@ -127,9 +128,11 @@ describe('POST /api/system/self-update', () => {
       image: `${REPO}:dev-latest`,
       cmd: ['sh', '/usr/src/app/scripts/self-update.sh', 'installer', '/opt/installer', 'docker-compose.yml', '/var/tmp/installer/self-update/docker-compose.yml', 'rollback', 'dev-latest', 'backend'],
       binds: ['/var/run/docker.sock:/var/run/docker.sock', '/opt/installer:/opt/installer', '/var/tmp/installer:/var/tmp/installer'],
-      env: ['SELF_UPDATE_WAIT_TIMEOUT=45'],
+      // The digest recorded when the file was staged, which the helper checks before installing it.
+      env: [`SELF_UPDATE_STAGED_SHA256=${sha256Of(e.published as string)}`, 'SELF_UPDATE_WAIT_TIMEOUT=45'],
       labels: expect.objectContaining({ 'io.installer.self-update.target': 'sha256:new' }),
     });
+    expect((await listSelfUpdates(t.db.database.db))[0]!.stagedComposeSha256).toBe(sha256Of(e.staged!));
 
     const rows = await audit(t);
     expect(rows).toHaveLength(1);

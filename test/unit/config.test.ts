@@ -24,7 +24,7 @@ describe('settings', () => {
     expect(s).toMatchObject({
       PORT: 8080, TZ: 'UTC', SELF_UPDATE_ROLLBACK_TAG: 'rollback', PLATFORM_PROJECT: 'platform',
       MIGRATE_HOST_SCRIPT_PATH: '/opt/installer/migrate-host.sh', HUNG_JOB_MINUTES: 15, JOB_EVENT_RETENTION_DAYS: 30,
-      INSTALLER_IMAGE_NAME: 'installer', STAGING_ROOT: '/var/tmp/installer',
+      INSTALLER_IMAGE_NAME: 'installer', STAGING_ROOT: '/var/lib/installer/staging',
     });
     expect(s.DATABASE_URL).toBeUndefined();
     expect(s.SECRETS_DIR.endsWith('/data/secrets')).toBe(true);
