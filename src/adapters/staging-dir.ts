@@ -38,7 +38,7 @@ export function ancestorProblem(p: string, st: Stats, uid = ownerUid()): string 
   if (st.isSymbolicLink()) return null;
   if (!st.isDirectory()) return `${p}, above it, is not a directory`;
   // A sticky directory (/tmp, /var/tmp) lets nobody but the owner rename what is in it.
-  if (st.mode & 0o022 && !(st.mode & 0o1000)) return `${p}, above it, is writable by ${st.mode & 0o020 ? 'its group' : 'others'} without the sticky bit`;
+  if (st.mode & 0o022 && !(st.mode & 0o1000)) return `${p}, above it, is writable by group or others without the sticky bit`;
   return null;
 }
 

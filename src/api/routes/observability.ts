@@ -15,6 +15,7 @@ import type { InstallerMetrics } from '../metrics.ts';
 import { unavailable } from '../../errors.ts';
 import { freshness } from '../observed-reads.ts';
 import { ageOf, readFresh } from '../../state/observed.ts';
+import { printableUrl } from '../../contracts/trusted-source.ts';
 
 const RECENT_JOBS = 50;
 const RECENT_ACTIONS = 100;
@@ -54,6 +55,11 @@ export function redactedSettings(settings: Settings): Record<string, unknown> {
   const { secrets, secretFiles, ...rest } = settings;
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(rest)) out[k] = typeof v === 'string' ? withoutCredentials(v) : v;
+  // Sources may carry an access token or a signature in the query string too (docs/adr/0041-trusted-sources-and-staging.md).
+  for (const k of ['PUBLISHED_COMPOSE_URL', 'PLATFORM_TEMPLATES_URL'] as const) {
+    const v = rest[k];
+    if (v && /^[a-z][a-z0-9+.-]*:\/\//i.test(v)) out[k] = printableUrl(v);
+  }
   for (const name of SECRET_SETTINGS) {
     out[name] = secretFiles[name] ? `[set from file ${secretFiles[name]}]` : secrets[name] !== undefined ? '[set in the environment]' : name === 'DATABASE_PASSWORD' ? '[not set]' : '[generated in SECRETS_DIR]';
   }
