@@ -15,7 +15,7 @@ import tar from 'tar-stream';
 import type { RuntimePort, SelfUpdatePort } from '../contracts/ports.ts';
 import type { BackupResult, DatabaseBackup } from './database-backup.ts';
 import { fetchTrusted } from './trusted-fetch.ts';
-import { ensureSafeDir, refuseUnsafeFile } from './staging-dir.ts';
+import { ensureSafeDir, readSafeFile, UNSAFE_STAGING } from './staging-dir.ts';
 import { pinMismatch, printableUrl } from '../contracts/trusted-source.ts';
 
 export const HELPER_NAME = 'installer-self-updater';
@@ -540,9 +540,8 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
 
   async readStaged(): Promise<string | null> {
     if ((await this.stagingDir(false)) === null) return null;
-    await refuseUnsafeFile(this.staged);
-    return readFile(this.staged, 'utf8').catch((err: NodeJS.ErrnoException) => {
-      if (err.code === 'ENOENT') return null;
+    return readSafeFile(this.staged).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === UNSAFE_STAGING) throw err;
       throw new Error(`cannot read ${this.staged}: ${err.code ?? err.message}`);
     });
   }

@@ -2,8 +2,8 @@
 // (docs/adr/0041-trusted-sources-and-staging.md). The self-update helper checks the same rules in
 // scripts/self-update.sh. Every component is read with lstat, so a symbolic link is never followed
 // into a place another user controls.
-import { lstat, mkdir, realpath } from 'node:fs/promises';
-import type { Stats } from 'node:fs';
+import { lstat, mkdir, open, realpath, type FileHandle } from 'node:fs/promises';
+import { constants, type Stats } from 'node:fs';
 import path from 'node:path';
 
 /** `code` of the error thrown for a staging directory another user could write. */
@@ -92,18 +92,28 @@ export async function ensureSafeDir(root: string, sub: readonly string[], opts: 
   return true;
 }
 
-/** Refuses a file in the staging directory that is a link, not a regular file, another's, or writable by group/others. Missing is fine. */
-export async function refuseUnsafeFile(file: string, setting = 'STAGING_ROOT'): Promise<void> {
-  let st: Stats;
+/**
+ * Reads a file of the staging directory, or null when there is none. It is opened without
+ * following a link and then checked as opened: a link, anything but a regular file, another
+ * user's file or one group or others may write is refused.
+ */
+export async function readSafeFile(file: string, setting = 'STAGING_ROOT'): Promise<string | null> {
+  let fh: FileHandle;
   try {
-    st = await lstat(file);
+    fh = await open(file, constants.O_RDONLY | constants.O_NOFOLLOW);
   } catch (err) {
-    if (errno(err) === 'ENOENT') return;
+    if (errno(err) === 'ENOENT') return null;
+    if (errno(err) === 'ELOOP') throw unsafe(setting, `${file} is a symbolic link`);
     throw err;
   }
-  const uid = ownerUid();
-  if (st.isSymbolicLink()) throw unsafe(setting, `${file} is a symbolic link`);
-  if (!st.isFile()) throw unsafe(setting, `${file} is not a regular file`);
-  if (st.uid !== uid) throw unsafe(setting, `${file} is owned by uid ${st.uid}, not by uid ${uid}`);
-  if (st.mode & 0o022) throw unsafe(setting, `${file} is writable by group or others`);
+  try {
+    const st = await fh.stat();
+    const uid = ownerUid();
+    if (!st.isFile()) throw unsafe(setting, `${file} is not a regular file`);
+    if (st.uid !== uid) throw unsafe(setting, `${file} is owned by uid ${st.uid}, not by uid ${uid}`);
+    if (st.mode & 0o022) throw unsafe(setting, `${file} is writable by group or others`);
+    return await fh.readFile('utf8');
+  } finally {
+    await fh.close();
+  }
 }

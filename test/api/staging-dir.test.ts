@@ -92,7 +92,7 @@ describe('the backend stages the compose file', () => {
     expect(readdirSync(target)).toEqual([]);
   });
 
-  it('refuses a staged file that is a symbolic link when reading it back', async () => {
+  it('refuses a staged file that is a symbolic link or another uid\'s when reading it back', async () => {
     const e = engineFor(root);
     await e.writeStaged(COMPOSE);
     const file = stagedComposePath(root);
@@ -100,6 +100,10 @@ describe('the backend stages the compose file', () => {
     renameSync(file, `${file}.old`);
     symlinkSync(path.join(base, 'elsewhere.yml'), file);
     await expect(e.readStaged()).rejects.toThrow(`${file} is a symbolic link`);
+    rmSync(file);
+    renameSync(`${file}.old`, file);
+    chownSync(file, OTHER, OTHER);
+    await expect(e.readStaged()).rejects.toThrow(`${file} is owned by uid ${OTHER}, not by uid 0`);
   });
 
   it('refuses a directory above the staging root that another uid owns, or that others may write without the sticky bit', async () => {

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { ROOT } from '../helpers/shared/process.ts';
 import { freePort, run, startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
 import {
-  helperExit, helperLinesOf, helperLogs, helperState, Images, localDigest, STAGED_FILE, startInstaller, transcript, type InstallerUnderTest,
+  helperExit, helperLinesOf, helperLogs, helperState, Images, localDigest, STAGED_FILE, STAGING_ROOT, startInstaller, transcript, type InstallerUnderTest,
 } from '../helpers/e2e/self-update-rig.ts';
 import type { SseMessage } from '../helpers/shared/sse.ts';
 import { LATEST_MIGRATION, type SelfUpdateCheck as Check } from '../helpers/api/self-update.ts';
@@ -127,7 +127,7 @@ describe('self-update on the real engine', () => {
     const h = (await helperState())!;
     expect(h.cmd).toEqual(['sh', '/usr/src/app/scripts/self-update.sh', i.stack.project, i.stack.workDir, 'docker-compose.dev.yml', STAGED_FILE, 'rollback', 'dev-latest', 'backend']);
     expect(h.image).toBe(images.ref('dev-latest'));
-    expect(h.binds).toEqual(['/var/run/docker.sock:/var/run/docker.sock', `${i.stack.workDir}:${i.stack.workDir}`, '/var/tmp/installer:/var/tmp/installer']);
+    expect(h.binds).toEqual(['/var/run/docker.sock:/var/run/docker.sock', `${i.stack.workDir}:${i.stack.workDir}`, `${STAGING_ROOT}:${STAGING_ROOT}`]);
     expect(h.healthcheck).toEqual(['NONE']);
     expect(h.autoRemove).toBe(false);
     expect(readFileSync(STAGED_FILE, 'utf8')).toBe(i.publishedText);

@@ -4,8 +4,7 @@
 // installer handed it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { buildInstallerImage, docker, REGISTRY, run } from '../helpers/e2e/rig.ts';
 import { deployAsDocumented, startStack, type DocumentedStack, type Stack } from '../helpers/e2e/stack.ts';
@@ -202,7 +201,6 @@ const commandIn = (section: string, startsWith: string): string[] => {
 describe('the production stack deployed as docs/deploy.md says, and a platform control plane calling it', () => {
   const id = randomBytes(3).toString('hex');
   const platformImage = `${REGISTRY}/platform-test/control:${id}`;
-  const templatesServer = `installer-e2e-templates-${id}`;
   const databasePassword = randomBytes(24).toString('hex');
   let stack: DocumentedStack | undefined;
   let platformDir: string;
@@ -217,21 +215,20 @@ describe('the production stack deployed as docs/deploy.md says, and a platform c
       DATABASE_PASSWORD: databasePassword,
       INSTALLER_REGISTRY: REGISTRY,
       INSTALLER_WORK_DIR: workDir,
-      // Served on the network `platform` (below), as object storage would serve it.
-      PLATFORM_TEMPLATES_URL: 'http://platform-templates/',
+      // A folder the backend reads (PLATFORM_DIR is mounted at the same path): templates come over
+      // https or from a directory, and this rig has no certificate the backend would trust.
+      PLATFORM_TEMPLATES_URL: path.join(workDir, 'platform', 'templates'),
     });
     expect(mustSet).toEqual(Object.keys(values('/x')));
     stack = await deployAsDocumented({ mustSet: values, upCommand: commandIn(docSection('## 3. Start it', '## 4.'), 'docker compose up') });
     platformDir = path.join(stack.workDir, 'platform');
 
-    const templates = mkdtempSync(path.join(tmpdir(), 'control-templates-'));
+    const templates = path.join(platformDir, 'templates');
     cpSync(path.join(ROOT, 'test/fixtures/control-plane-platform'), templates, { recursive: true });
     writeFileSync(path.join(templates, '.env.template'), `${readFileSync(path.join(templates, '.env.template'), 'utf8')}PLATFORM_IMAGE=${platformImage}\n`);
-    await docker(['run', '-d', '--name', templatesServer, '--network', 'platform', '--network-alias', 'platform-templates', '-v', `${templates}:/www:ro`, 'installer-rig/busybox:latest', 'httpd', '-f', '-p', '80', '-h', '/www']);
   });
   afterAll(async () => {
     if (platformDir) await run('docker', ['compose', '-p', 'platform', '-f', path.join(platformDir, 'docker-compose.yml'), 'down', '-v', '-t', '1'], { cwd: platformDir });
-    await run('docker', ['rm', '-f', templatesServer]);
     await stack?.down();
   });
 

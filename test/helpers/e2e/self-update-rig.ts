@@ -12,8 +12,8 @@ import { parseSse, type SseMessage } from '../shared/sse.ts';
 
 export const FIXTURES = path.join(ROOT, 'test/fixtures/self-update');
 export type Variant = 'good' | 'unhealthy' | 'migrates-then-unhealthy' | 'crashes' | 'ships-new-compose';
-/** The host staging root of the spec: the staged file is /var/tmp/installer/self-update/docker-compose.yml. */
-export const STAGING_ROOT = '/var/tmp/installer';
+/** The default staging root (deploy/.env.example; docs/adr/0041-trusted-sources-and-staging.md): the staged file is /var/lib/installer/staging/self-update/docker-compose.yml. */
+export const STAGING_ROOT = '/var/lib/installer/staging';
 export const STAGED_FILE = `${STAGING_ROOT}/self-update/docker-compose.yml`;
 export const HELPER = 'installer-self-updater';
 
