@@ -11,6 +11,14 @@ const bool = z
 
 const positiveInt = z.coerce.number().int().positive();
 
+/** A whole number in [min, max]; every refusal says so in words, never zod's "expected number, received NaN". */
+const wholeNumber = (what: string, min: number, max: number) =>
+  z.coerce
+    .number({ error: `must be a whole number of ${what}` })
+    .int(`must be a whole number of ${what}`)
+    .min(min, `must be at least ${min}`)
+    .max(max, `must be at most ${max}`);
+
 const absolutePath = z.string().refine((p) => path.isAbsolute(p), 'must be an absolute path');
 
 /** A Docker image repository without a tag, e.g. `127.0.0.1:5000/installer`. */
@@ -48,6 +56,18 @@ export const settingsSchema = z.object({
   HSTS_MAX_AGE_SECONDS: z.coerce.number().int('must be a whole number of seconds').min(0, 'must be at least 0').max(2 * 365 * 24 * 3600, 'must be at most two years').default(365 * 24 * 3600),
   /** Whether /api/docs (the API document and its viewer) is served; unset: on outside production only. */
   API_DOCS: z.enum(['on', 'off'], { error: 'must be on or off' }).optional(),
+  /**
+   * Connections (docs/adr/0040-bounded-connections.md): how long a client may take to send a
+   * request's headers, and the whole request; how long an idle kept-alive connection stays open;
+   * how many connections each listener holds at once.
+   */
+  HTTP_HEADERS_TIMEOUT_MS: wholeNumber('milliseconds', 100, 300_000).default(10_000),
+  HTTP_REQUEST_TIMEOUT_MS: wholeNumber('milliseconds', 100, 3_600_000).default(30_000),
+  HTTP_KEEP_ALIVE_TIMEOUT_MS: wholeNumber('milliseconds', 100, 600_000).default(10_000),
+  HTTP_MAX_CONNECTIONS: wholeNumber('connections', 1, 100_000).default(256),
+  /** Live streams (job events, container logs, log downloads) one caller may hold at once, and all callers together. */
+  STREAMS_PER_PRINCIPAL: wholeNumber('streams', 1, 10_000).default(10),
+  STREAMS_TOTAL: wholeNumber('streams', 1, 100_000).default(50),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   TZ: z.literal('UTC', { error: 'must be UTC: container log timestamps and audit times are UTC' }).default('UTC'),
 
@@ -214,6 +234,15 @@ export function loadSettings(env: NodeJS.ProcessEnv, files: FileReader): Setting
   }
   if (raw.HTTPS_PORT !== undefined && raw.HTTPS_PORT !== 0 && raw.HTTPS_PORT === raw.PORT) {
     throw new ConfigError('HTTPS_PORT', 'must differ from PORT: plain HTTP and HTTPS listen on separate ports');
+  }
+  if (raw.HTTP_REQUEST_TIMEOUT_MS < raw.HTTP_HEADERS_TIMEOUT_MS) {
+    throw new ConfigError('HTTP_REQUEST_TIMEOUT_MS', 'must be at least HTTP_HEADERS_TIMEOUT_MS: the headers are part of the request');
+  }
+  if (raw.STREAMS_TOTAL < raw.STREAMS_PER_PRINCIPAL) {
+    throw new ConfigError('STREAMS_TOTAL', 'must be at least STREAMS_PER_PRINCIPAL: one caller cannot hold more streams than all of them together');
+  }
+  if (raw.HTTP_MAX_CONNECTIONS <= raw.STREAMS_TOTAL) {
+    throw new ConfigError('HTTP_MAX_CONNECTIONS', 'must be more than STREAMS_TOTAL: each stream holds a connection, and other requests need some too');
   }
   if (raw.INSTALLER_ROLE !== 'all' && raw.DATABASE_URL === undefined) {
     throw new ConfigError('INSTALLER_ROLE', 'must be all with the embedded database (no DATABASE_URL): the API and the controllers share it in one process');

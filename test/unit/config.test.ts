@@ -37,6 +37,23 @@ describe('settings', () => {
     expect(fail({ WEBHOOK_GIVE_UP_MINUTES: '0' })).toMatchObject({ variable: 'WEBHOOK_GIVE_UP_MINUTES', message: expect.stringContaining('more than 0') });
   });
 
+  it('bounded connections: documented defaults, each a whole number in its range, and caps that fit inside each other', () => {
+    expect(loadSettings({}, files({}))).toMatchObject({
+      STREAMS_PER_PRINCIPAL: 10, STREAMS_TOTAL: 50,
+      HTTP_HEADERS_TIMEOUT_MS: 10_000, HTTP_REQUEST_TIMEOUT_MS: 30_000, HTTP_KEEP_ALIVE_TIMEOUT_MS: 10_000, HTTP_MAX_CONNECTIONS: 256,
+    });
+    expect(loadSettings({ STREAMS_PER_PRINCIPAL: '3', STREAMS_TOTAL: '7', HTTP_MAX_CONNECTIONS: '8' }, files({}))).toMatchObject({ STREAMS_PER_PRINCIPAL: 3, STREAMS_TOTAL: 7, HTTP_MAX_CONNECTIONS: 8 });
+    for (const name of ['STREAMS_PER_PRINCIPAL', 'STREAMS_TOTAL', 'HTTP_MAX_CONNECTIONS', 'HTTP_HEADERS_TIMEOUT_MS', 'HTTP_REQUEST_TIMEOUT_MS', 'HTTP_KEEP_ALIVE_TIMEOUT_MS']) {
+      for (const bad of ['0', '-1', '2.5', 'many']) expect(fail({ [name]: bad }).variable).toBe(name);
+      expect(fail({ [name]: 'many' }).message).toMatch(new RegExp(`^${name}: must be a whole number of (streams|connections|milliseconds)$`));
+    }
+    expect(fail({ STREAMS_PER_PRINCIPAL: '0' }).message).toBe('STREAMS_PER_PRINCIPAL: must be at least 1');
+    expect(fail({ HTTP_HEADERS_TIMEOUT_MS: '50' }).message).toBe('HTTP_HEADERS_TIMEOUT_MS: must be at least 100');
+    expect(fail({ STREAMS_PER_PRINCIPAL: '60' }).message).toBe('STREAMS_TOTAL: must be at least STREAMS_PER_PRINCIPAL: one caller cannot hold more streams than all of them together');
+    expect(fail({ STREAMS_TOTAL: '256' }).message).toBe('HTTP_MAX_CONNECTIONS: must be more than STREAMS_TOTAL: each stream holds a connection, and other requests need some too');
+    expect(fail({ HTTP_HEADERS_TIMEOUT_MS: '40000' }).message).toBe('HTTP_REQUEST_TIMEOUT_MS: must be at least HTTP_HEADERS_TIMEOUT_MS: the headers are part of the request');
+  });
+
   it('database backups of a self-update: keeps 5 by default, a whole number from 1 to 100', () => {
     expect(loadSettings({}, files({}))).toMatchObject({ SELF_UPDATE_BACKUPS_KEEP: 5, SELF_UPDATE_BACKUPS_DIR: '/var/lib/installer/backups' });
     expect(loadSettings({ SELF_UPDATE_BACKUPS_KEEP: '12' }, files({})).SELF_UPDATE_BACKUPS_KEEP).toBe(12);
