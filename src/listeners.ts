@@ -12,6 +12,7 @@ import type { Logger } from 'pino';
 import type { Settings } from './config.ts';
 import type { TlsMaterial } from './adapters/tls.ts';
 import { releaseEarly, takeEarly, type EarlyListener } from './early-listeners.ts';
+import { limitConnections, serverTimeouts } from './api/connection-limits.ts';
 
 /** The first byte of every TLS connection: a handshake record. */
 const TLS_HANDSHAKE = 0x16;
@@ -112,17 +113,22 @@ export async function startListeners(app: FastifyInstance, settings: Pick<Settin
   }
 
   const hsts = hstsHeader(tls, settings.HSTS_MAX_AGE_SECONDS);
-  const secure = https.createServer({ key: tls.key, cert: tls.cert, minVersion: 'TLSv1.2' }, (req, res) => {
+  // The same timeouts and connection cap as the plain listener the app made
+  // (docs/adr/0040-bounded-connections.md); a handshake gets as long as a request's headers.
+  const limits = app.deps.settings;
+  const timeouts = serverTimeouts(limits);
+  const secure = https.createServer({ key: tls.key, cert: tls.cert, minVersion: 'TLSv1.2', ...timeouts, handshakeTimeout: limits.HTTP_HEADERS_TIMEOUT_MS }, (req, res) => {
     if (hsts) res.setHeader('strict-transport-security', hsts);
     app.routing(req, res);
   });
-  // The same timeouts as the plain listener Fastify made.
-  secure.keepAliveTimeout = app.server.keepAliveTimeout;
-  secure.requestTimeout = app.server.requestTimeout;
-  secure.headersTimeout = app.server.headersTimeout;
   secure.on('tlsClientError', (err) => logger.debug({ err: { message: err.message, code: (err as NodeJS.ErrnoException).code } }, 'TLS handshake failed'));
-  const plain = http.createServer({ requestTimeout: FIRST_BYTE_TIMEOUT_MS, headersTimeout: FIRST_BYTE_TIMEOUT_MS }, answerPlainHttp);
+  const plain = http.createServer({ requestTimeout: FIRST_BYTE_TIMEOUT_MS, headersTimeout: FIRST_BYTE_TIMEOUT_MS, connectionsCheckingInterval: timeouts.connectionsCheckingInterval }, answerPlainHttp);
   plain.keepAliveTimeout = 0;
+  // Neither server listens itself (the front below hands them its connections), and Node starts
+  // checking the header and request timeouts when a server starts listening: start it here, or a
+  // client that dribbles its headers would be held forever.
+  secure.emit('listening');
+  plain.emit('listening');
 
   // One port, two protocols: the first byte tells a TLS handshake from plain HTTP.
   const open = new Set<net.Socket>();
@@ -139,6 +145,7 @@ export async function startListeners(app: FastifyInstance, settings: Pick<Settin
       process.nextTick(() => socket.resume());
     });
   });
+  limitConnections(front, limits.HTTP_MAX_CONNECTIONS, logger, 'https');
   const httpsPort = settings.HTTPS_PORT;
   const earlyHttps = takeEarly(settings.HOST, httpsPort);
   await new Promise<void>((resolve, reject) => {
@@ -162,6 +169,9 @@ export async function startListeners(app: FastifyInstance, settings: Pick<Settin
       await closeWithin(app, [secure]);
       // What the app could not end itself (an open stream, a handshake never finished) ends now.
       for (const socket of open) socket.destroy();
+      // Stops their timeout checks.
+      secure.close();
+      plain.close();
       await stopped;
     },
   };

@@ -35,6 +35,8 @@ import { tlsRoutes } from './routes/tls.ts';
 import { notificationRoutes } from './routes/notifications.ts';
 import { lastAnswerPlugin } from './last-answer.ts';
 import { InstallerMetrics, metricsPlugin } from './metrics.ts';
+import { fastifyConnectionOptions, limitConnections } from './connection-limits.ts';
+import { streamLimitsPlugin } from './stream-limits.ts';
 
 export interface AppDeps {
   settings: Settings;
@@ -157,6 +159,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: ROUTER_OPTIONS,
     return503OnClosing: true,
     logController: new OneLinePerRequest(),
+    // Header, request and keep-alive timeouts (docs/adr/0040-bounded-connections.md).
+    ...fastifyConnectionOptions(deps.settings),
     childLoggerFactory: lazyRequestLogger,
     // The router's own refusals in the project's error shape. A path segment over the router's
     // limit (100 characters) can name no route: 404 like any unknown path, not Fastify's bare 414.
@@ -170,6 +174,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       }
     },
   });
+  limitConnections(app.server, deps.settings.HTTP_MAX_CONNECTIONS, deps.logger as FastifyBaseLogger, 'http');
   app.decorate('deps', deps);
   app.decorate('instance', randomUUID());
   const users = deps.users ?? userDirectory(deps.database);
@@ -210,6 +215,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     tokenTtlSeconds: deps.settings.TOKEN_TTL_SECONDS,
     users,
   });
+  // Caps on live streams per caller and in all, checked after the caller is known.
+  await app.register(streamLimitsPlugin, { perPrincipal: deps.settings.STREAMS_PER_PRINCIPAL, total: deps.settings.STREAMS_TOTAL });
   await app.register(fastifySwagger, {
     openapi: {
       info: { title: 'Installer API', version: '1' },

@@ -302,7 +302,8 @@ export const logRoutes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/api/deployment-log/download',
     {
-      config: { access: 'admin' },
+      // A long response holding the engine's logs open: it takes a stream slot (src/api/stream-limits.ts).
+      config: { access: 'admin', stream: true },
       schema: {
         tags: ['logs'],
         summary: 'Download platform container logs over a time window as text',
