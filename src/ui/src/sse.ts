@@ -58,6 +58,12 @@ export async function* readEventStream(body: ReadableStream<Uint8Array>, onRetry
   }
 }
 
+/** A Retry-After of whole seconds as milliseconds, between 1 s and a minute; 5 s when absent or a date. */
+export function retryAfterMs(header: string | null): number {
+  const seconds = header !== null && /^\d{1,6}$/.test(header.trim()) ? Number(header.trim()) : 5;
+  return Math.min(60, Math.max(1, seconds)) * 1000;
+}
+
 export type FollowState = 'connecting' | 'live' | 'reconnecting' | 'ended' | 'failed';
 
 export interface FollowOptions {
@@ -133,11 +139,12 @@ export class SseFollower {
         } catch {
           // keep the status line
         }
-        // A server in trouble may come back; a refused request will not change by retrying.
-        if (this.o.reconnect && res.status >= 500 && !this.stopped) {
+        // A server in trouble may come back, and so may a slot when a stream is over its cap (429,
+        // after its Retry-After); any other refused request will not change by retrying.
+        if (this.o.reconnect && (res.status >= 500 || res.status === 429) && !this.stopped) {
           attempt++;
           this.state('reconnecting', message);
-          await this.pause();
+          await this.pause(res.status === 429 ? retryAfterMs(res.headers.get('retry-after')) : undefined);
           continue;
         }
         return this.state('failed', message);
@@ -170,7 +177,7 @@ export class SseFollower {
     }
   }
 
-  private pause(): Promise<void> {
-    return new Promise((r) => setTimeout(r, this.retryMs));
+  private pause(ms = this.retryMs): Promise<void> {
+    return new Promise((r) => setTimeout(r, ms));
   }
 }
