@@ -39,7 +39,9 @@ const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, 
 
 const bench: Bench = async (log) => {
   const figures: Figure[] = [];
-  const t = await startTestApp({ env: { LOG_LEVEL: 'warn' } });
+  // 100 readers of one job with one token: past the default stream caps (docs/adr/0040-bounded-connections.md),
+  // which are raised here so that the figure is the stream's fan-out.
+  const t = await startTestApp({ env: { LOG_LEVEL: 'warn', STREAMS_PER_PRINCIPAL: '100', STREAMS_TOTAL: '100' } });
   try {
     const base = await t.app.listen({ host: '127.0.0.1', port: 0 });
     const token = await t.token('viewer');
