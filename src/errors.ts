@@ -9,6 +9,8 @@ export type ErrorCode =
   | 'conflict'
   | 'unsupported_media_type'
   | 'payload_too_large'
+  /** A client that did not send its request in time (docs/adr/0040-bounded-connections.md). */
+  | 'request_timeout'
   | 'rate_limited'
   | 'unavailable'
   | 'internal';
@@ -22,6 +24,7 @@ const STATUS: Record<ErrorCode, number> = {
   conflict: 409,
   unsupported_media_type: 415,
   payload_too_large: 413,
+  request_timeout: 408,
   rate_limited: 429,
   unavailable: 503,
   internal: 500,

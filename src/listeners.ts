@@ -12,7 +12,7 @@ import type { Logger } from 'pino';
 import type { Settings } from './config.ts';
 import type { TlsMaterial } from './adapters/tls.ts';
 import { releaseEarly, takeEarly, type EarlyListener } from './early-listeners.ts';
-import { limitConnections, serverTimeouts } from './api/connection-limits.ts';
+import { answerClientError, limitConnections, serverTimeouts } from './api/connection-limits.ts';
 
 /** The first byte of every TLS connection: a handshake record. */
 const TLS_HANDSHAKE = 0x16;
@@ -122,6 +122,7 @@ export async function startListeners(app: FastifyInstance, settings: Pick<Settin
     app.routing(req, res);
   });
   secure.on('tlsClientError', (err) => logger.debug({ err: { message: err.message, code: (err as NodeJS.ErrnoException).code } }, 'TLS handshake failed'));
+  secure.on('clientError', answerClientError(limits));
   const plain = http.createServer({ requestTimeout: FIRST_BYTE_TIMEOUT_MS, headersTimeout: FIRST_BYTE_TIMEOUT_MS, connectionsCheckingInterval: timeouts.connectionsCheckingInterval }, answerPlainHttp);
   plain.keepAliveTimeout = 0;
   // Neither server listens itself (the front below hands them its connections), and Node starts

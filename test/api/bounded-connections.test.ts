@@ -288,10 +288,32 @@ describe('caps on live streams, and timeouts, on both listeners', () => {
       s.once('close', () => clearInterval(drip));
     });
     const held = closedAt - started;
-    expect(data).toMatch(/^HTTP\/1\.1 408 Request Timeout/);
+    expect(data).toMatch(/^HTTP\/1\.1 408 Request Timeout\r\n/);
+    expect(JSON.parse(data.slice(data.indexOf('\r\n\r\n') + 4))).toEqual({
+      statusCode: 408,
+      error: 'Request Timeout',
+      code: 'request_timeout',
+      message: `the request did not arrive in time: its headers must come within ${HEADERS_TIMEOUT_MS} ms (HTTP_HEADERS_TIMEOUT_MS), all of it within ${REQUEST_TIMEOUT_MS} ms (HTTP_REQUEST_TIMEOUT_MS)`,
+    });
     expect(held).toBeGreaterThanOrEqual(HEADERS_TIMEOUT_MS - 50);
     expect(held).toBeLessThan(HEADERS_TIMEOUT_MS + 2_000);
     expect(lines).toBeGreaterThan(3);
+  });
+
+  it.each(['http', 'https'] as const)('answers over %s a request that is not HTTP, or whose headers are too large, in the error shape', async (scheme) => {
+    const port = portOf(scheme === 'http' ? base : secureBase);
+    const answer = async (head: string) => {
+      const { data } = await connect(scheme, port, material.cert, (s) => s.write(head));
+      return { status: data.split('\r\n')[0], body: JSON.parse(data.slice(data.indexOf('\r\n\r\n') + 4)) as unknown };
+    };
+    expect(await answer('HELLO THERE\r\n\r\n')).toEqual({
+      status: 'HTTP/1.1 400 Bad Request',
+      body: { statusCode: 400, error: 'Bad Request', code: 'bad_request', message: 'the request is not valid HTTP/1.1' },
+    });
+    expect(await answer(`GET /api/health HTTP/1.1\r\nHost: installer\r\nX-Big: ${'x'.repeat(20_000)}\r\n\r\n`)).toEqual({
+      status: 'HTTP/1.1 431 Request Header Fields Too Large',
+      body: { statusCode: 431, error: 'Request Header Fields Too Large', code: 'bad_request', message: 'the request headers are too large (16 KiB at most)' },
+    });
   });
 
   it.each(['http', 'https'] as const)('closes a kept-alive connection over %s once it has been idle for the keep-alive timeout', async (scheme) => {
