@@ -215,7 +215,7 @@ describe('caps on live streams, and timeouts, on both listeners', () => {
     await eventually(() => openCount() === 0, 'every slot back');
   });
 
-  it('caps the streams of all callers together, and frees them when the server ends them', async () => {
+  it('caps the streams of all callers together, and frees a slot when a client leaves or the server ends its stream', async () => {
     const url = await jobStreamUrl();
     const viewer = auth(await t.token('viewer'));
     const streams = [await open(`${base}${url}`, viewer), await open(`${base}${url}`, viewer), await open(`${secureBase}${url}`, service, material.cert)];
@@ -227,9 +227,16 @@ describe('caps on live streams, and timeouts, on both listeners', () => {
     expect(await over.ended).toContain('the installer already serves 3');
     await expectRefused(await open(`${secureBase}${url}`, admin, material.cert), 'STREAMS_TOTAL=3');
 
-    // The job finishes: the server ends its three streams, and their slots come back.
+    // One client goes away: the admin's download gets in, and runs to its end.
+    streams[2]!.close();
+    await eventually(() => openCount() === 2, 'the closed stream to free its slot');
+    const admitted = await open(`${base}/api/deployment-log/download?since=2024-05-01T10:00:00Z`, admin);
+    expect(admitted.status).toBe(200);
+    expect((await admitted.ended).trimEnd().split('\n')).toHaveLength(2 * DOWNLOAD_BATCHES);
+
+    // The job finishes: the server ends the two streams left, and their slots come back.
     await t.wired.events.append(url.split('/')[4]!, 'finished', { outcome: 'completed', exitCode: 0 });
-    for (const s of streams) expect(parseSse(await s.ended).at(-1)).toMatchObject({ event: 'finished' });
+    for (const s of streams.slice(0, 2)) expect(parseSse(await s.ended).at(-1)).toMatchObject({ event: 'finished' });
     await eventually(() => openCount() === 0, 'the ended streams to free their slots');
     const now = await open(`${base}${await jobStreamUrl()}`, admin);
     expect(now.status).toBe(200);
