@@ -199,6 +199,8 @@ describe('caps on live streams, and timeouts, on both listeners', () => {
     await expectRefused(third, 'STREAMS_PER_PRINCIPAL=2');
     expect(await third.ended).toContain('the user viewer already holds 2');
     await expectRefused(await open(`${secureBase}${url}`, viewer, material.cert), 'STREAMS_PER_PRINCIPAL=2');
+    // A caller without a token is refused before it could take a slot.
+    expect((await open(`${base}${url}`, {})).status).toBe(401);
     expect(openCount()).toBe(2);
 
     // Another caller is not held back by the viewer's streams.
