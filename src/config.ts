@@ -47,6 +47,12 @@ export const settingsSchema = z.object({
   NODE_ENV: z.enum(['production', 'development', 'test']).default('production'),
   HOST: z.string().min(1).default(DEFAULT_HOST),
   PORT: z.coerce.number().int().min(0).max(65535).default(DEFAULT_PORT),
+  /**
+   * Who may speak plain HTTP to PORT: `anywhere` that reaches HOST, or `host`: the loopback and the
+   * host through the engine's published port only, never another network (the image's setting;
+   * docs/adr/0020-https-listeners.md).
+   */
+  PLAIN_HTTP_FROM: z.enum(['anywhere', 'host'], { error: 'must be anywhere or host' }).default('anywhere'),
   /** Port of the HTTPS listener on HOST; unset: plain HTTP only (docs/adr/0020-https-listeners.md). */
   HTTPS_PORT: z.coerce.number().int('must be a port number').min(0, 'must be a port number').max(65535, 'must be a port number').optional(),
   /** The operator's certificate (PEM, leaf first, chain after it) and its private key; unset: a generated one. */
@@ -137,7 +143,7 @@ export const settingsSchema = z.object({
     .optional(),
   PLATFORM_URL: z.string().url().optional(),
   /** The installer's address as the platform's containers reach it; written into the platform's .env as INSTALLER_URL. */
-  PLATFORM_INSTALLER_URL: z.string().url().refine((u) => /^https?:\/\//.test(u), 'must be an http:// or https:// URL').default('http://installer-backend:8080'),
+  PLATFORM_INSTALLER_URL: z.string().url().refine((u) => /^https?:\/\//.test(u), 'must be an http:// or https:// URL').default('https://installer-backend:8443'),
   MIGRATE_HOST_SCRIPT_PATH: absolutePath
     .refine((p) => /^[A-Za-z0-9_./-]+$/.test(p), 'may hold only letters, digits and _ . / -')
     .default('/opt/installer/migrate-host.sh'),

@@ -12,7 +12,7 @@
 import type { Server, Socket } from 'node:net';
 
 /** HOST's and PORT's defaults, shared with src/config.ts so that both bind the same address. */
-export const DEFAULT_HOST = '0.0.0.0';
+export const DEFAULT_HOST = '127.0.0.1';
 export const DEFAULT_PORT = 8080;
 
 /**
@@ -31,6 +31,48 @@ const REGISTRY = Symbol.for('installer.early-listeners');
 type Registry = Map<string, EarlyListener>;
 const keyOf = (host: string, port: number) => `${host}|${port}`;
 
+/**
+ * The default route of this network namespace, from Linux's /proc/net/route: the IPv4 address of its
+ * interface and its gateway. In a container on bridge networks that interface is the network the
+ * engine delivers the container's published ports through, and the gateway is the host: a connection
+ * made to a published port on the host arrives from the gateway's address (docs/adr/0020-https-listeners.md).
+ * Null without a default route (or outside Linux).
+ */
+export function defaultRoute(routeTable?: string, interfaces?: NodeJS.Dict<{ address: string; family: string; internal: boolean }[]>): { address: string; gateway: string } | null {
+  let table = routeTable;
+  if (table === undefined) {
+    try {
+      table = process.getBuiltinModule('node:fs').readFileSync('/proc/net/route', 'utf8');
+    } catch {
+      return null;
+    }
+  }
+  for (const line of table.split('\n').slice(1)) {
+    const [iface, destination, gateway, flags, , , , mask] = line.trim().split(/\s+/);
+    // RTF_UP (1) and RTF_GATEWAY (2), to 0.0.0.0/0: the default route.
+    if (!iface || destination !== '00000000' || mask !== '00000000' || !gateway || (parseInt(flags ?? '0', 16) & 3) !== 3) continue;
+    const address = (interfaces ?? process.getBuiltinModule('node:os').networkInterfaces())[iface]?.find((a) => a.family === 'IPv4' && !a.internal)?.address;
+    // The table holds the address in the kernel's byte order (little-endian on every host Docker runs on).
+    const bytes = gateway.match(/../g)?.map((b) => parseInt(b, 16)).reverse();
+    if (!address || bytes?.length !== 4) continue;
+    return { address, gateway: bytes.join('.') };
+  }
+  return null;
+}
+
+const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|localhost)$/;
+
+/**
+ * The addresses of the plain HTTP listener. PLAIN_HTTP_FROM=anywhere: HOST. PLAIN_HTTP_FROM=host:
+ * HOST when it is a loopback address, else 127.0.0.1 (the healthcheck) and the default route's
+ * address (the published port), and on that one only its gateway, the host, is answered; HOST is
+ * then the HTTPS listener's address alone. Plain HTTP is never bound on another network.
+ */
+export function plainHttpHosts(host: string, from: string | undefined, route: { address: string; gateway: string } | null = defaultRoute()): { hosts: string[]; gateway: string | null } {
+  if (from !== 'host' || LOOPBACK.test(host)) return { hosts: [host], gateway: null };
+  return route ? { hosts: ['127.0.0.1', route.address], gateway: route.gateway } : { hosts: ['127.0.0.1'], gateway: null };
+}
+
 function registry(): Registry {
   const g = globalThis as { [REGISTRY]?: Registry };
   return (g[REGISTRY] ??= new Map());
@@ -45,7 +87,7 @@ function portOf(value: string | undefined, fallback: number | undefined): number
 }
 
 /**
- * Binds HOST:PORT and, when set, HOST:HTTPS_PORT, as `env` names them, when HOST is an IP address. A
+ * Binds HOST:PORT (each address of plainHttpHosts) and, when set, HOST:HTTPS_PORT, as `env` names them, when HOST is an IP address. A
  * port that cannot be bound (taken, or a setting src/config.ts would refuse) and a HOST that is a name
  * are left alone: the backend's own listen then binds them, or fails with its error as it did before.
  */
@@ -55,10 +97,14 @@ export async function listenEarly(env: NodeJS.ProcessEnv): Promise<void> {
   // An address only: a name would be looked up before anything else of the backend ran (a slow or
   // failing resolver would hold its whole start), and may stand for several addresses.
   if (!isIP(host)) return;
-  const ports = [portOf(env.PORT, DEFAULT_PORT), portOf(env.HTTPS_PORT, undefined)];
+  const plain = portOf(env.PORT, DEFAULT_PORT);
+  const secure = portOf(env.HTTPS_PORT, undefined);
+  const binds = new Map<string, { host: string; port: number }>();
+  if (plain !== undefined) for (const h of plainHttpHosts(host, env.PLAIN_HTTP_FROM).hosts) binds.set(keyOf(h, plain), { host: h, port: plain });
+  if (secure !== undefined) binds.set(keyOf(host, secure), { host, port: secure });
   await Promise.all(
-    [...new Set(ports.filter((p): p is number => p !== undefined))].map(
-      (port) =>
+    [...binds.values()].map(
+      ({ host, port }) =>
         new Promise<void>((resolve) => {
           const held: Socket[] = [];
           // Paused: nothing of a connection is read here, so whoever takes it over reads it whole.

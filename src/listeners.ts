@@ -1,6 +1,7 @@
 // The installer's listeners (docs/adr/0020-https-listeners.md): plain HTTP on HOST:PORT, for
-// loopback, the container healthcheck and the control plane on the internal `platform` network;
-// and, with HTTPS_PORT, HTTPS on HOST:HTTPS_PORT, the port the compose files publish on the host.
+// loopback and the container healthcheck (with PLAIN_HTTP_FROM=host: the loopback and the host
+// through the published port, nothing on another network); and, with HTTPS_PORT, HTTPS on
+// HOST:HTTPS_PORT, the port the compose files publish on the host and the control plane's on `platform`.
 // Plain HTTP that reaches the HTTPS port is answered there, never routed: a browser's page load is
 // redirected to https:// on the same host and port, anything else gets a 400 naming the URL to use.
 import http from 'node:http';
@@ -11,7 +12,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import type { Settings } from './config.ts';
 import type { TlsMaterial } from './adapters/tls.ts';
-import { releaseEarly, takeEarly, type EarlyListener } from './early-listeners.ts';
+import { plainHttpHosts, releaseEarly, takeEarly, type EarlyListener } from './early-listeners.ts';
 import { answerClientError, limitConnections, serverTimeouts } from './api/connection-limits.ts';
 
 /** The first byte of every TLS connection: a handshake record. */
@@ -94,6 +95,33 @@ function handOver(early: EarlyListener | undefined, server: net.Server): void {
   }
 }
 
+/**
+ * Plain HTTP on `host` (the address the engine delivers the published port to) for connections from
+ * `gateway` (the host) only: any other peer's connection is closed before a byte of it is read.
+ * What is accepted is the app's own server's connection, with its timeouts and limits.
+ */
+async function listenForHost(app: FastifyInstance, host: string, port: number, gateway: string | null, logger: Logger): Promise<net.Server> {
+  const side = net.createServer({ pauseOnConnect: true }, (socket) => {
+    if (socket.remoteAddress !== gateway) {
+      socket.destroy();
+      return;
+    }
+    app.server.emit('connection', socket);
+    socket.resume();
+  });
+  const early = takeEarly(host, port);
+  await new Promise<void>((resolve, reject) => {
+    side.once('error', reject);
+    side.listen(listenOn(host, port, early), () => {
+      side.off('error', reject);
+      side.on('error', (err) => logger.error({ err }, 'plain HTTP listener failed'));
+      resolve();
+    });
+  });
+  handOver(early, side);
+  return side;
+}
+
 function urlOf(scheme: 'http' | 'https', address: AddressInfo): string {
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   return `${scheme}://${host}:${address.port}`;
@@ -103,13 +131,32 @@ function urlOf(scheme: 'http' | 'https', address: AddressInfo): string {
  * Serves `app` on HOST:PORT over HTTP and, when `tls` is given, on HOST:HTTPS_PORT over HTTPS.
  * Both reach the same routes (Fastify's `routing`), so every hook, limit and log line is shared.
  */
-export async function startListeners(app: FastifyInstance, settings: Pick<Settings, 'HOST' | 'PORT' | 'HTTPS_PORT' | 'HSTS_MAX_AGE_SECONDS'>, tls: TlsMaterial | null, logger: Logger): Promise<Listeners> {
-  const earlyHttp = takeEarly(settings.HOST, settings.PORT);
-  const httpAddress = await app.listen(listenOn(settings.HOST, settings.PORT, earlyHttp));
+export async function startListeners(
+  app: FastifyInstance,
+  settings: Pick<Settings, 'HOST' | 'PORT' | 'HTTPS_PORT' | 'HSTS_MAX_AGE_SECONDS'> & Partial<Pick<Settings, 'PLAIN_HTTP_FROM'>>,
+  tls: TlsMaterial | null,
+  logger: Logger,
+  opts: { route?: { address: string; gateway: string } | null } = {},
+): Promise<Listeners> {
+  const plainHosts = plainHttpHosts(settings.HOST, settings.PLAIN_HTTP_FROM, opts.route);
+  const [first, ...others] = plainHosts.hosts as [string, ...string[]];
+  const earlyHttp = takeEarly(first, settings.PORT);
+  const httpAddress = await app.listen(listenOn(first, settings.PORT, earlyHttp));
   handOver(earlyHttp, app.server);
+  const sides = await Promise.all(others.map((host) => listenForHost(app, host, (app.server.address() as AddressInfo).port, plainHosts.gateway, logger)));
+  if (others.length) logger.info({ plainHttp: [httpAddress, ...sides.map((s) => urlOf('http', s.address() as AddressInfo))], answers: plainHosts.gateway }, 'plain HTTP on the loopback and, for the host only, the published port');
+  const closeSides = () => Promise.all(sides.map((side) => new Promise<void>((resolve) => side.close(() => resolve()))));
   if (!tls || settings.HTTPS_PORT === undefined) {
     releaseEarly();
-    return { httpAddress, httpsAddress: null, close: () => closeWithin(app) };
+    return {
+      httpAddress,
+      httpsAddress: null,
+      async close() {
+        const stopped = closeSides();
+        await closeWithin(app);
+        await stopped;
+      },
+    };
   }
 
   const hsts = hstsHeader(tls, settings.HSTS_MAX_AGE_SECONDS);
@@ -165,7 +212,7 @@ export async function startListeners(app: FastifyInstance, settings: Pick<Settin
     httpAddress,
     httpsAddress,
     async close() {
-      const stopped = new Promise<void>((resolve) => front.close(() => resolve()));
+      const stopped = Promise.all([new Promise<void>((resolve) => front.close(() => resolve())), closeSides()]);
       secure.closeIdleConnections();
       await closeWithin(app, [secure]);
       // What the app could not end itself (an open stream, a handshake never finished) ends now.

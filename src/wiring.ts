@@ -45,7 +45,7 @@ export interface Wired {
   stop(): Promise<void>;
 }
 
-export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger: Logger; database: Database; secretSet: SecretSet; recentLogs?: RecentLines }, opts: { runtime?: RuntimePort; selfUpdateEngine?: SelfUpdateEngine } = {}): Wired {
+export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger: Logger; database: Database; secretSet: SecretSet; recentLogs?: RecentLines }, opts: { runtime?: RuntimePort; selfUpdateEngine?: SelfUpdateEngine; tlsFingerprint256?: string | null } = {}): Wired {
   const { settings, secrets, logger, database } = b;
   const docker = connectEngine(settings.DOCKER_SOCKET);
   const platformFiles = new PlatformFiles(settings.PLATFORM_DIR, settings.PLATFORM_PROJECT, settings.DOCKER_SOCKET, { pins: settings.PLATFORM_TEMPLATES_SHA256 });
@@ -107,7 +107,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       pruneImages: () => pruneDanglingImages(docker),
       hungMinutes: settings.HUNG_JOB_MINUTES,
       templatesUrl: settings.PLATFORM_TEMPLATES_URL,
-      installerEnv: () => installerEnvFor(settings.PLATFORM_INSTALLER_URL, serviceTokens.current()),
+      installerEnv: () => installerEnvFor(settings.PLATFORM_INSTALLER_URL, serviceTokens.current(), opts.tlsFingerprint256 ?? null),
       hostRunner,
       migrateHostScriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
     },

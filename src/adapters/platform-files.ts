@@ -103,16 +103,20 @@ export interface InstallerEnv {
   problem: string | null;
 }
 
-/** The installer's keys with their values now: the first accepted service token is the current one. */
-export function installerEnvFor(url: string, serviceTokens: readonly string[]): InstallerEnv {
+/**
+ * The installer's keys with their values now: the first accepted service token is the current one,
+ * and the fingerprint is the HTTPS listener's certificate's (empty without HTTPS, so that no stale one stays).
+ */
+export function installerEnvFor(url: string, serviceTokens: readonly string[], tlsFingerprint256: string | null = null): InstallerEnv {
   const token = serviceTokens[0];
+  const fingerprint = { [INSTALLER_ENV_KEYS.tlsFingerprint]: tlsFingerprint256 ?? '' };
   if (!token) {
     return {
-      env: { [INSTALLER_ENV_KEYS.url]: url },
+      env: { [INSTALLER_ENV_KEYS.url]: url, ...fingerprint },
       problem: `the service token file holds no valid token, so ${INSTALLER_ENV_KEYS.serviceToken} in the platform .env is left as it was`,
     };
   }
-  return { env: { [INSTALLER_ENV_KEYS.url]: url, [INSTALLER_ENV_KEYS.serviceToken]: token }, problem: null };
+  return { env: { [INSTALLER_ENV_KEYS.url]: url, [INSTALLER_ENV_KEYS.serviceToken]: token, ...fingerprint }, problem: null };
 }
 
 /** The installer's keys a template defines itself: they are overwritten, and the deploy warns. */

@@ -3,11 +3,13 @@
 
 /**
  * Keys the installer itself writes into the platform's .env on every deploy and apply-config, so
- * that the control plane can call it: its address on the `platform` network and the current
- * service token. They are the installer's, not the operator's: never shown, never set through
- * the configuration API.
+ * that the control plane can call it: its address on the `platform` network, the current service
+ * token, and the SHA-256 fingerprint of the certificate its HTTPS listener presents there, which the
+ * control plane checks before it sends the token (empty without HTTPS;
+ * docs/adr/0020-https-listeners.md). They are the installer's, not the operator's: never shown,
+ * never set through the configuration API.
  */
-export const INSTALLER_ENV_KEYS = { url: 'INSTALLER_URL', serviceToken: 'INSTALLER_SERVICE_TOKEN' } as const;
+export const INSTALLER_ENV_KEYS = { url: 'INSTALLER_URL', serviceToken: 'INSTALLER_SERVICE_TOKEN', tlsFingerprint: 'INSTALLER_TLS_FINGERPRINT256' } as const;
 export const INSTALLER_KEYS: readonly string[] = Object.values(INSTALLER_ENV_KEYS);
 
 /** What a masked value is shown as. */

@@ -39,7 +39,7 @@ describe("the installer's keys in the platform .env", () => {
     ]) {
       const res = await t.app.inject({ method: 'PUT', url: '/api/deployment/config', headers: await as('admin'), payload });
       expect(res.statusCode, JSON.stringify(payload)).toBe(400);
-      expect(res.json().message).toContain('INSTALLER_URL and INSTALLER_SERVICE_TOKEN are written by the installer');
+      expect(res.json().message).toContain('INSTALLER_URL, INSTALLER_SERVICE_TOKEN and INSTALLER_TLS_FINGERPRINT256 are written by the installer');
     }
     expect(await t.db.database.db.selectFrom('platform_config_changes').selectAll().execute()).toEqual([]);
   });

@@ -1,9 +1,9 @@
 // The installer image, built here, running as its own compose stack on the real engine: the dev
 // compose file as the other stack tests run it, then the production stack deployed by the steps
-// of docs/deploy.md, with a platform whose control plane calls the installer with the token the
-// installer handed it.
+// of docs/deploy.md, with a platform whose control plane calls the installer over TLS with the token
+// and certificate fingerprint the installer handed it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, X509Certificate } from 'node:crypto';
 import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { buildInstallerImage, docker, REGISTRY, run } from '../helpers/e2e/rig.ts';
@@ -12,6 +12,8 @@ import { firstAdminToken } from '../helpers/e2e/first-admin.ts';
 import { ROOT } from '../helpers/shared/process.ts';
 import { parseSse } from '../helpers/shared/sse.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
+import { parseEnv } from '../../src/adapters/platform-files.ts';
+import { CONTROL_PLANE_CLIENT, PLAIN_HTTP_ATTEMPT } from '../helpers/e2e/control-plane-client.ts';
 
 const tag = `dev-e2e-${randomBytes(3).toString('hex')}`;
 const ref = `${REGISTRY}/installer:${tag}`;
@@ -207,7 +209,8 @@ describe('the production stack deployed as docs/deploy.md says, and a platform c
   let admin: string;
 
   beforeAll(async () => {
-    await docker(['tag', 'installer-rig/busybox:latest', platformImage]);
+    // A Node image: the control plane's client checks the installer's certificate fingerprint.
+    await docker(['tag', 'installer-rig/node:24', platformImage]);
     await docker(['push', platformImage]);
     // The values the page says must be set, and nothing else beyond the rig's own.
     const mustSet = [...docSection('Must be set:', 'Leave as they are').matchAll(/^\| `([A-Z_]+)` \|/gm)].map((m) => m[1]);
@@ -247,7 +250,7 @@ describe('the production stack deployed as docs/deploy.md says, and a platform c
     admin = await firstAdminToken(stack!.baseUrl, password);
   });
 
-  it('deploys the platform, whose control plane calls the installer over `platform` with the token from its own environment', async () => {
+  it('deploys the platform, whose control plane calls the installer over TLS on `platform`, checking its certificate, with the token from its own environment; plain HTTP there is refused', async () => {
     const started = await fetch(`${stack!.baseUrl}/api/deployment/jobs`, { method: 'POST', headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' }, body: JSON.stringify({ action: 'deploy' }) });
     expect(started.status).toBe(202);
     const { jobId: deployId } = (await started.json()) as { jobId: string };
@@ -255,17 +258,35 @@ describe('the production stack deployed as docs/deploy.md says, and a platform c
     expect(events.at(-1)?.data.outcome, JSON.stringify(events.slice(-8))).toBe('completed');
     expect(readFileSync(path.join(platformDir, 'docker-compose.yml'), 'utf8')).toContain('INSTALLER_SERVICE_TOKEN');
 
-    // The control plane's own shell: the token and address are expanded inside the container.
-    const call = (args: string) => run('docker', ['exec', 'platform-control-1', 'sh', '-c', `wget -S -q -O- --header "Authorization: Bearer $INSTALLER_SERVICE_TOKEN" --header "x-actor-user-id: user-4711" --header "x-actor-email: u4711@example.com" ${args} 2>&1`]);
-    const status = await call('"$INSTALLER_URL/api/deployment/status"');
-    expect(status.stdout).toMatch(/HTTP\/1\.1 200/);
-    expect(status.stdout).toContain('"project":"platform"');
-    const job = await call(`--header "content-type: application/json" --post-data '{"action":"restart","services":["control"]}' "$INSTALLER_URL/api/deployment/jobs"`);
-    expect(job.stdout).toMatch(/HTTP\/1\.1 202/);
-    const jobId = /"jobId":"([0-9a-f-]{36})"/.exec(job.stdout)![1]!;
+    // The control plane's own client, in its container: address, token and certificate fingerprint
+    // from the environment the platform's .env gave it; the fingerprint is checked before the token is sent.
+    const env = Object.fromEntries(parseEnv(readFileSync(path.join(platformDir, '.env'), 'utf8')).map((e) => [e.key, e.value]));
+    const cert = await docker(['exec', 'installer-backend', 'cat', '/var/lib/installer/secrets/tls/cert.pem']);
+    expect(env.INSTALLER_URL).toBe('https://installer-backend:8443');
+    expect(env.INSTALLER_TLS_FINGERPRINT256).toBe(new X509Certificate(cert).fingerprint256);
+    const call = async (...args: string[]) => JSON.parse((await docker(['exec', 'platform-control-1', 'node', '-e', CONTROL_PLANE_CLIENT, ...args])).trim()) as { status?: number; body?: string; fingerprint?: string; error?: string };
+    const status = await call('GET', '/api/deployment/status');
+    expect(status, JSON.stringify(status)).toMatchObject({ status: 200, fingerprint: env.INSTALLER_TLS_FINGERPRINT256 });
+    expect(status.body).toContain('"project":"platform"');
     // Without the token the same call is refused: the path is authenticated end to end.
-    const anonymous = await run('docker', ['exec', 'platform-control-1', 'sh', '-c', 'wget -S -q -O- "$INSTALLER_URL/api/deployment/status" 2>&1']);
-    expect(anonymous.stdout).toMatch(/HTTP\/1\.1 401/);
+    expect(await call('GET', '/api/deployment/status', '--anonymous')).toMatchObject({ status: 401 });
+    // A certificate other than the one named in .env: the client stops before it sends anything.
+    const forged = JSON.parse((await docker(['exec', '-e', `INSTALLER_TLS_FINGERPRINT256=${'00:'.repeat(31)}00`, 'platform-control-1', 'node', '-e', CONTROL_PLANE_CLIENT, 'GET', '/api/deployment/status'])).trim());
+    expect(forged).toMatchObject({ error: 'certificate fingerprint mismatch' });
+    // Plain HTTP with the token from a container on `platform`: the connection is refused, at the
+    // old address and at the backend's address on that network alike; nothing of the request is read.
+    const platformIp = JSON.parse(await docker(['inspect', 'installer-backend']))[0].NetworkSettings.Networks.platform.IPAddress as string;
+    for (const host of ['installer-backend', platformIp]) {
+      const plain = JSON.parse((await docker(['exec', 'platform-control-1', 'node', '-e', PLAIN_HTTP_ATTEMPT, host, '8080'])).trim());
+      expect(plain, `plain HTTP to ${host}:8080`).toEqual({ refused: true });
+    }
+    // The healthcheck (the container's loopback) and the host's loopback keep plain HTTP.
+    expect(JSON.parse(await docker(['inspect', 'installer-backend']))[0].State.Health.Status).toBe('healthy');
+    expect((await fetch(`${stack!.baseUrl}/api/health`)).status).toBe(200);
+    // Last: the restart it asks for recreates its own container.
+    const job = await call('POST', '/api/deployment/jobs', '{"action":"restart","services":["control"]}');
+    expect(job.status, JSON.stringify(job)).toBe(202);
+    const jobId = (JSON.parse(job.body!) as { jobId: string }).jobId;
 
     const row = await eventually(async () => {
       const rows = (await (await fetch(`${stack!.baseUrl}/api/deployment/actions?limit=20`, { headers: { authorization: `Bearer ${admin}` } })).json()) as { jobId: string | null; kind: string; status: string; actor: string; actorEmail: string | null }[];

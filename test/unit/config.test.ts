@@ -30,6 +30,13 @@ describe('settings', () => {
     expect(s.SECRETS_DIR.endsWith('/data/secrets')).toBe(true);
   });
 
+  it('listens on loopback by default, and hands the control plane the HTTPS address', () => {
+    // A bare `npm start` binds nothing but the loopback (docs/adr/0020-https-listeners.md).
+    expect(loadSettings({}, files({}))).toMatchObject({ HOST: '127.0.0.1', PLAIN_HTTP_FROM: 'anywhere', PLATFORM_INSTALLER_URL: 'https://installer-backend:8443' });
+    expect(loadSettings({ PLAIN_HTTP_FROM: 'host' }, files({})).PLAIN_HTTP_FROM).toBe('host');
+    expect(fail({ PLAIN_HTTP_FROM: 'everyone' })).toMatchObject({ variable: 'PLAIN_HTTP_FROM', message: expect.stringContaining('must be anywhere or host') });
+  });
+
   it('webhook delivery settings: documented defaults, and a bad one names its rule', () => {
     expect(loadSettings({}, files({}))).toMatchObject({ WEBHOOK_TIMEOUT_MS: 10_000, WEBHOOK_RETRY_BASE_MS: 1_000, WEBHOOK_RETRY_MAX_MS: 300_000, WEBHOOK_GIVE_UP_MINUTES: 1440 });
     expect(fail({ WEBHOOK_TIMEOUT_MS: '5' })).toMatchObject({ variable: 'WEBHOOK_TIMEOUT_MS', message: expect.stringContaining('at least 100') });

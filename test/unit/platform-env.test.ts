@@ -21,14 +21,23 @@ describe('applyEnvChanges', () => {
 describe("the installer's keys", () => {
   it('carry the first accepted service token (the current one while a rotation keeps the previous)', () => {
     expect(installerEnvFor('http://installer-backend:8080', [TOKEN, 'previous-service-token-0123456789abcdef'])).toEqual({
-      env: { INSTALLER_URL: 'http://installer-backend:8080', INSTALLER_SERVICE_TOKEN: TOKEN },
+      env: { INSTALLER_URL: 'http://installer-backend:8080', INSTALLER_SERVICE_TOKEN: TOKEN, INSTALLER_TLS_FINGERPRINT256: '' },
       problem: null,
+    });
+  });
+
+  it("carry the HTTPS certificate's fingerprint beside the https:// address, for the control plane to check before it sends the token", () => {
+    const fingerprint = 'AB:'.repeat(31) + 'AB';
+    expect(installerEnvFor('https://installer-backend:8443', [TOKEN], fingerprint).env).toEqual({
+      INSTALLER_URL: 'https://installer-backend:8443',
+      INSTALLER_SERVICE_TOKEN: TOKEN,
+      INSTALLER_TLS_FINGERPRINT256: fingerprint,
     });
   });
 
   it('leave the token out, saying why, when no token is accepted (a broken token file)', () => {
     const r = installerEnvFor('http://installer-backend:8080', []);
-    expect(r.env).toEqual({ INSTALLER_URL: 'http://installer-backend:8080' });
+    expect(r.env).toEqual({ INSTALLER_URL: 'http://installer-backend:8080', INSTALLER_TLS_FINGERPRINT256: '' });
     expect(r.problem).toContain('INSTALLER_SERVICE_TOKEN in the platform .env is left as it was');
   });
 
@@ -40,6 +49,7 @@ describe("the installer's keys", () => {
       { key: 'WEB_PORT', value: '1' },
       { key: 'INSTALLER_URL', value: 'http://installer-backend:8080' },
       { key: 'INSTALLER_SERVICE_TOKEN', value: TOKEN },
+      { key: 'INSTALLER_TLS_FINGERPRINT256', value: '' },
     ]);
   });
 });

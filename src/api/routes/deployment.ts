@@ -517,7 +517,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
           .refine((b) => Object.keys(b.set).length <= 200, 'at most 200 keys at once')
           .refine((b) => !b.unset.some((k) => k in b.set), 'a key cannot be both set and unset')
           .refine((b) => ![...Object.keys(b.set), ...b.unset].some((k) => INSTALLER_KEYS.includes(k)), {
-            error: `${INSTALLER_KEYS.join(' and ')} are written by the installer on every deploy and apply-config; they cannot be set or unset here`,
+            error: `${INSTALLER_KEYS.slice(0, -1).join(', ')} and ${INSTALLER_KEYS.at(-1)} are written by the installer on every deploy and apply-config; they cannot be set or unset here`,
           }),
         response: { 202: z.object({ pending: z.array(z.string()) }) },
       },
