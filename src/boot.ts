@@ -40,7 +40,9 @@ export async function tlsOrExit(settings: Settings): Promise<TlsMaterial | null>
 
 /** The line an operator compares the browser's certificate with (docs/adr/0020-https-listeners.md). */
 export function logCertificate(logger: Logger, tls: TlsMaterial): void {
-  const details = { tls: { source: tls.source, fingerprint256: tls.fingerprint256, spkiSha256: tls.spkiSha256, subject: tls.subject, notAfter: tls.notAfter, certFile: tls.certFile } };
+  // With the operator's certificate, the one the control plane is shown on `platform` too (ADR 0020).
+  const platform = tls.platform ? { platform: { fingerprint256: tls.platform.fingerprint256, certFile: tls.platform.certFile } } : {};
+  const details = { tls: { source: tls.source, fingerprint256: tls.fingerprint256, spkiSha256: tls.spkiSha256, subject: tls.subject, notAfter: tls.notAfter, certFile: tls.certFile, ...platform } };
   if (tls.generated) logger.warn(details, 'generated a self-signed HTTPS certificate: compare its SHA-256 fingerprint with the one your browser shows');
   else logger.info(details, 'HTTPS certificate');
   if (tls.expired) logger.warn({ tls: { notAfter: tls.notAfter, certFile: tls.certFile } }, 'the HTTPS certificate has expired: clients will refuse it until TLS_CERT_FILE holds a valid one');

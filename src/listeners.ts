@@ -7,11 +7,12 @@
 import http from 'node:http';
 import https from 'node:https';
 import net from 'node:net';
+import tlsModule from 'node:tls';
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import type { Settings } from './config.ts';
-import type { TlsMaterial } from './adapters/tls.ts';
+import { platformCertificate, type TlsMaterial } from './adapters/tls.ts';
 import { plainHttpHosts, releaseEarly, takeEarly, type EarlyListener } from './early-listeners.ts';
 import { answerClientError, limitConnections, serverTimeouts } from './api/connection-limits.ts';
 
@@ -133,7 +134,7 @@ function urlOf(scheme: 'http' | 'https', address: AddressInfo): string {
  */
 export async function startListeners(
   app: FastifyInstance,
-  settings: Pick<Settings, 'HOST' | 'PORT' | 'HTTPS_PORT' | 'HSTS_MAX_AGE_SECONDS'> & Partial<Pick<Settings, 'PLAIN_HTTP_FROM'>>,
+  settings: Pick<Settings, 'HOST' | 'PORT' | 'HTTPS_PORT' | 'HSTS_MAX_AGE_SECONDS'> & Partial<Pick<Settings, 'PLAIN_HTTP_FROM' | 'PLATFORM_INSTALLER_URL'>>,
   tls: TlsMaterial | null,
   logger: Logger,
   opts: { route?: { address: string; gateway: string } | null } = {},
@@ -160,11 +161,17 @@ export async function startListeners(
   }
 
   const hsts = hstsHeader(tls, settings.HSTS_MAX_AGE_SECONDS);
+  // The control plane asks for the installer's name on `platform` and is shown the certificate whose
+  // fingerprint the platform's .env holds (the generated one, when the operator's serves the rest).
+  const platformName = settings.PLATFORM_INSTALLER_URL ? new URL(settings.PLATFORM_INSTALLER_URL).hostname : null;
+  const own = platformCertificate(tls);
+  const forPlatform = own === tls ? null : tlsModule.createSecureContext({ key: own.key, cert: own.cert, minVersion: 'TLSv1.2' });
+  const sni = forPlatform && platformName ? { SNICallback: (name: string, cb: (err: Error | null, ctx?: tlsModule.SecureContext) => void) => cb(null, name === platformName ? forPlatform : undefined) } : {};
   // The same timeouts and connection cap as the plain listener the app made
   // (docs/adr/0040-bounded-connections.md); a handshake gets as long as a request's headers.
   const limits = app.deps.settings;
   const timeouts = serverTimeouts(limits);
-  const secure = https.createServer({ key: tls.key, cert: tls.cert, minVersion: 'TLSv1.2', ...timeouts, handshakeTimeout: limits.HTTP_HEADERS_TIMEOUT_MS }, (req, res) => {
+  const secure = https.createServer({ key: tls.key, cert: tls.cert, minVersion: 'TLSv1.2', ...sni, ...timeouts, handshakeTimeout: limits.HTTP_HEADERS_TIMEOUT_MS }, (req, res) => {
     if (hsts) res.setHeader('strict-transport-security', hsts);
     app.routing(req, res);
   });

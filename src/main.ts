@@ -2,6 +2,7 @@
 // SIGTERM (it is PID 1 in its container, so an unhandled SIGTERM would make every stop wait for
 // the kill timeout).
 import { boot, ensureInitialAdmin, logCertificate, settingsOrExit, tlsOrExit } from './boot.ts';
+import { platformCertificate } from './adapters/tls.ts';
 import { buildApp } from './api/app.ts';
 import { wire } from './wiring.ts';
 import { startListeners, type Listeners } from './listeners.ts';
@@ -15,7 +16,7 @@ const { logger, database } = booted;
 await ensureInitialAdmin(booted);
 if (tls) logCertificate(logger, tls);
 
-const wired = wire(booted, { tlsFingerprint256: tls?.fingerprint256 ?? null });
+const wired = wire(booted, { tlsFingerprint256: tls ? platformCertificate(tls).fingerprint256 : null });
 const app = await buildApp({ ...wired.deps, tls: tls ? { source: tls.source, fingerprint256: tls.fingerprint256, spkiSha256: tls.spkiSha256, subject: tls.subject, notAfter: tls.notAfter } : null });
 // Interrupted work is closed before the API answers; the loops, the observer and their LISTEN
 // connections start after it listens: a self-update's outage ends at the listen (docs/self-update.md).

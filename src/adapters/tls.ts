@@ -34,6 +34,17 @@ export interface TlsMaterial {
   generated?: boolean;
   /** Set when the operator's certificate is past its end of validity. */
   expired?: boolean;
+  /**
+   * With the operator's certificate: the generated one, which the HTTPS listener presents to a
+   * client that asks for the installer's name on the `platform` network (TLS SNI), so that the
+   * control plane's fingerprint does not change at each renewal of the operator's (ADR 0020).
+   */
+  platform?: Pick<TlsMaterial, 'cert' | 'key' | 'fingerprint256' | 'certFile'> & { generated?: boolean };
+}
+
+/** The certificate the control plane is shown, and whose fingerprint goes into the platform's .env. */
+export function platformCertificate(tls: TlsMaterial): Pick<TlsMaterial, 'cert' | 'key' | 'fingerprint256'> {
+  return tls.platform ?? tls;
 }
 
 export interface TlsOptions {
@@ -149,7 +160,9 @@ export async function loadTls(settings: Pick<Settings, 'HTTPS_PORT' | 'TLS_CERT_
   if (settings.TLS_CERT_FILE && settings.TLS_KEY_FILE) {
     const operator = loadOperatorCertificate(settings.TLS_CERT_FILE, settings.TLS_KEY_FILE);
     const now = (opts.now ?? (() => new Date()))();
-    return Date.parse(operator.notAfter) < now.getTime() ? { ...operator, expired: true } : operator;
+    const own = await generatedCertificate(settings.SECRETS_DIR, opts);
+    const platform = { cert: own.cert, key: own.key, fingerprint256: own.fingerprint256, certFile: own.certFile, ...(own.generated ? { generated: true } : {}) };
+    return { ...operator, ...(Date.parse(operator.notAfter) < now.getTime() ? { expired: true } : {}), platform };
   }
   return generatedCertificate(settings.SECRETS_DIR, opts);
 }

@@ -3,7 +3,7 @@
 // kept on PORT, and a bad certificate file stopping the process with one line.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { X509Certificate } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { generate } from 'selfsigned';
@@ -146,7 +146,7 @@ describe('HTTPS with the operator\'s certificate', () => {
     writeFileSync(keyFile, made.private, { mode: 0o600 });
   });
 
-  it('serves it with Strict-Transport-Security on HTTPS only, and generates nothing', async () => {
+  it('serves it with Strict-Transport-Security on HTTPS only; the generated one only to the control plane\'s name', async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'installer-https-'));
     const proc = runEntry('src/main.ts', { DATABASE_URL: db.url, DATA_DIR: dataDir, HOST: '127.0.0.1', PORT: '0', HTTPS_PORT: '0', TLS_CERT_FILE: certFile, TLS_KEY_FILE: keyFile, ...SECRETS });
     try {
@@ -162,7 +162,11 @@ describe('HTTPS with the operator\'s certificate', () => {
       expect(plain.status).toBe(200);
       expect(plain.headers['strict-transport-security']).toBeUndefined();
       expect(tlsLines(proc.output()).map((l) => [l.msg, l.tls.source, l.tls.fingerprint256])).toEqual([['HTTPS certificate', 'operator', fingerprint]]);
-      expect(existsSync(path.join(dataDir, 'secrets/tls'))).toBe(false);
+      // The control plane's certificate (docs/adr/0020-https-listeners.md): generated beside the
+      // operator's, logged, and shown only to a client asking for installer-backend.
+      const own = new X509Certificate(readFileSync(path.join(dataDir, 'secrets/tls/cert.pem'))).fingerprint256;
+      expect(own).not.toBe(fingerprint);
+      expect((tlsLines(proc.output())[0]!.tls as unknown as { platform: { fingerprint256: string } }).platform.fingerprint256).toBe(own);
     } finally {
       expect(await proc.stop()).toBe(0);
     }

@@ -2,21 +2,23 @@
 // on real sockets, plain HTTP answers the loopback, is refused on every other address, and on the
 // default route's address (where a container's published port arrives) answers only the gateway,
 // closing anyone else's connection unread; HTTPS answers on every address. The default route is
-// this machine's own, read from /proc/net/route as the backend reads it in its container.
+// this machine's own, read from /proc/net/route as the backend reads it in its container. With the
+// operator's certificate, the control plane (asking for installer-backend) is shown the generated one.
 import { afterEach, describe, expect, it } from 'vitest';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import net from 'node:net';
-import type { TLSSocket } from 'node:tls';
+import tlsModule, { type TLSSocket } from 'node:tls';
 import { networkInterfaces, tmpdir } from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
+import { generate } from 'selfsigned';
 import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
 import { freePort } from '../helpers/shared/ports.ts';
 import { plainHttp } from '../helpers/shared/https.ts';
 import { defaultRoute, listenEarly, plainHttpHosts, releaseEarly, takeEarly } from '../../src/early-listeners.ts';
 import { startListeners, type Listeners } from '../../src/listeners.ts';
-import { generatedCertificate } from '../../src/adapters/tls.ts';
+import { generatedCertificate, loadTls } from '../../src/adapters/tls.ts';
 
 const quiet = pino({ enabled: false });
 
@@ -122,5 +124,38 @@ describe('plain HTTP from the host only (PLAIN_HTTP_FROM=host, HOST=0.0.0.0)', (
     const port = await freePort();
     listeners = await startListeners(t.app, { HOST: '0.0.0.0', PORT: port, HTTPS_PORT: undefined, HSTS_MAX_AGE_SECONDS: 0, PLAIN_HTTP_FROM: 'anywhere' }, null, quiet);
     expect((await plainHttp(`http://127.0.0.2:${port}/api/health`)).status).toBe(200);
+  });
+});
+
+/** The fingerprint of the certificate the HTTPS listener shows a client asking for `servername`. */
+function shownTo(port: number, servername: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = tlsModule.connect({ host: '127.0.0.1', port, servername, rejectUnauthorized: false }, () => {
+      resolve(socket.getPeerX509Certificate()!.fingerprint256);
+      socket.destroy();
+    });
+    socket.on('error', reject);
+  });
+}
+
+describe("the control plane's certificate beside the operator's", () => {
+  it('shows the generated certificate to a client asking for installer-backend, the operator\'s to everyone else', async () => {
+    t = await startTestApp();
+    const dir = mkdtempSync(path.join(tmpdir(), 'installer-sni-'));
+    dirs.push(dir);
+    const made = await generate([{ name: 'commonName', value: 'installer.example.test' }], { keySize: 2048, algorithm: 'sha256' });
+    writeFileSync(path.join(dir, 'cert.pem'), made.cert);
+    writeFileSync(path.join(dir, 'key.pem'), made.private);
+    const tls = (await loadTls({ HTTPS_PORT: 0, TLS_CERT_FILE: path.join(dir, 'cert.pem'), TLS_KEY_FILE: path.join(dir, 'key.pem'), SECRETS_DIR: path.join(dir, 'secrets') }))!;
+    expect(tls.source).toBe('operator');
+    const own = await generatedCertificate(path.join(dir, 'secrets'));
+    expect(tls.platform?.fingerprint256).toBe(own.fingerprint256);
+    expect(own.fingerprint256).not.toBe(tls.fingerprint256);
+
+    listeners = await startListeners(t.app, { HOST: '127.0.0.1', PORT: 0, HTTPS_PORT: 0, HSTS_MAX_AGE_SECONDS: 0, PLATFORM_INSTALLER_URL: 'https://installer-backend:8443' }, tls, quiet);
+    const port = Number(new URL(listeners.httpsAddress!).port);
+    expect(await shownTo(port, 'installer-backend')).toBe(own.fingerprint256);
+    expect(await shownTo(port, 'installer.example.test')).toBe(tls.fingerprint256);
+    expect(await shownTo(port, 'localhost')).toBe(tls.fingerprint256);
   });
 });

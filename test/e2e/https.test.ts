@@ -1,6 +1,6 @@
 // The production compose file on the real engine: the published port speaks HTTPS with a
-// certificate generated into the secrets volume (or the operator's), plain HTTP stays on the
-// host's loopback and on installer-backend:8080 in the platform network.
+// certificate generated into the secrets volume (or the operator's), so does installer-backend:8443
+// in the platform network, and plain HTTP stays on the host's loopback and the container's own.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes, X509Certificate, createHash } from 'node:crypto';
 import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
@@ -76,7 +76,7 @@ describe('HTTPS on the published port (production compose file, real engine)', (
     expect(JSON.parse(login.body)).toMatchObject({ code: 'https_required', message: `this port speaks HTTPS, not plain HTTP: use ${stack!.httpsUrl}` });
   });
 
-  it('keeps plain HTTP on the host loopback only, on installer-backend:8080 in the platform network, and for the healthcheck', async () => {
+  it('keeps plain HTTP on the host loopback and for the healthcheck, refuses it on the platform network, where HTTPS answers', async () => {
     const backend = JSON.parse(await docker(['inspect', 'installer-backend']))[0];
     expect(backend.State.Health.Status).toBe('healthy');
     const bindings = backend.HostConfig.PortBindings as Record<string, { HostIp: string; HostPort: string }[]>;
@@ -85,10 +85,14 @@ describe('HTTPS on the published port (production compose file, real engine)', (
     const health = await plainHttp(`${stack!.baseUrl}/api/health`);
     expect(JSON.parse(health.body)).toEqual({ status: 'ok', db: 'up' });
 
-    // The control plane's view: a container on the platform network, speaking plain HTTP.
-    const script = "fetch('http://installer-backend:8080/api/health').then(async (r) => console.log(r.status, await r.text()))";
-    const out = await docker(['run', '--rm', '--network', 'platform', '--no-healthcheck', '--entrypoint', 'node', ref, '-e', script]);
-    expect(out.trim()).toBe('200 {"status":"ok","db":"up"}');
+    // A container on the platform network: plain HTTP is refused, HTTPS answers with the certificate.
+    const script = [
+      "const https = require('node:https');",
+      "fetch('http://installer-backend:8080/api/health').then((r) => console.log('plain', r.status), (e) => console.log('plain', e.cause?.code));",
+      "https.get('https://installer-backend:8443/api/health', { ca: process.env.CA }, (r) => { let b = ''; r.on('data', (c) => (b += c)); r.on('end', () => console.log('https', r.statusCode, b)); }).on('error', (e) => console.log('https', e.code));",
+    ].join(' ');
+    const out = await docker(['run', '--rm', '--network', 'platform', '--no-healthcheck', '-e', `CA=${cert}`, '--entrypoint', 'node', ref, '-e', script]);
+    expect(out.trim().split('\n').sort()).toEqual(['https 200 {"status":"ok","db":"up"}', 'plain ECONNREFUSED']);
   });
 
   it('lets headless Chromium pinning the certificate sign in over HTTPS, showing the fingerprint on the sign-in page', async () => {
@@ -144,5 +148,10 @@ describe('HTTPS on the published port (production compose file, real engine)', (
     await expect(pinnedHttps(`${stack!.httpsUrl}/api/health`, cert)).rejects.toThrow();
     const plain = await plainHttp(`${stack!.baseUrl}/api/health`);
     expect(plain.headers['strict-transport-security']).toBeUndefined();
+    // On `platform`, the control plane asking for installer-backend is still shown the generated
+    // certificate, whose fingerprint its .env holds: the operator's renewals do not change it.
+    const script = "const s = require('node:tls').connect({ host: 'installer-backend', port: 8443, servername: 'installer-backend', rejectUnauthorized: false }, () => { console.log(s.getPeerX509Certificate().fingerprint256); s.destroy(); });";
+    const shown = await docker(['run', '--rm', '--network', 'platform', '--no-healthcheck', '--entrypoint', 'node', ref, '-e', script]);
+    expect(shown.trim()).toBe(fingerprint);
   });
 });

@@ -1,10 +1,11 @@
-// The installer writes its address and its current service token into the platform's .env on
-// deploy and apply-config (INSTALLER_URL, INSTALLER_SERVICE_TOKEN), for the control plane to call
+// The installer writes its address, its current service token and its HTTPS certificate's fingerprint
+// into the platform's .env on deploy and apply-config (INSTALLER_URL, INSTALLER_SERVICE_TOKEN,
+// INSTALLER_TLS_FINGERPRINT256), for the control plane to call
 // it with. A real backend process with a generated, rotatable token drives a real platform.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cpSync, mkdtempSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, X509Certificate } from 'node:crypto';
 import path from 'node:path';
 import { sql } from 'kysely';
 import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
@@ -49,6 +50,8 @@ beforeAll(async () => {
     DATABASE_URL: db.url,
     DATA_DIR: dataDir,
     PORT: '0',
+    // HTTPS: the fingerprint of its certificate goes into the platform's .env beside the token.
+    HTTPS_PORT: '0',
     HOST: '127.0.0.1',
     LOG_LEVEL: 'trace',
     PLATFORM_DIR: platformDir,
@@ -88,10 +91,12 @@ describe("the installer's keys in the platform .env", () => {
     expect(warnings).toEqual([expect.stringContaining("defines INSTALLER_URL, which the installer writes itself: the template's value is replaced")]);
 
     const env = envOf();
-    expect(env.filter((e) => e.key === 'INSTALLER_URL')).toEqual([{ key: 'INSTALLER_URL', value: 'http://installer-backend:8080' }]);
+    const fingerprint = new X509Certificate(readFileSync(path.join(dataDir, 'secrets', 'tls', 'cert.pem'))).fingerprint256;
+    expect(env.filter((e) => e.key === 'INSTALLER_URL')).toEqual([{ key: 'INSTALLER_URL', value: 'https://installer-backend:8443' }]);
     expect(env.filter((e) => e.key === 'INSTALLER_SERVICE_TOKEN')).toEqual([{ key: 'INSTALLER_SERVICE_TOKEN', value: firstToken }]);
+    expect(env.filter((e) => e.key === 'INSTALLER_TLS_FINGERPRINT256')).toEqual([{ key: 'INSTALLER_TLS_FINGERPRINT256', value: fingerprint }]);
     // The platform's container got them from that .env.
-    expect(await containerEnv()).toEqual(expect.arrayContaining([`INSTALLER_SERVICE_TOKEN=${firstToken}`, 'INSTALLER_URL=http://installer-backend:8080']));
+    expect(await containerEnv()).toEqual(expect.arrayContaining([`INSTALLER_SERVICE_TOKEN=${firstToken}`, 'INSTALLER_URL=https://installer-backend:8443', `INSTALLER_TLS_FINGERPRINT256=${fingerprint}`]));
 
     const config = await fetch(`${base}/api/deployment/config`, { headers: { authorization: `Bearer ${admin}` } });
     const body = await config.text();
@@ -120,7 +125,7 @@ describe("the installer's keys in the platform .env", () => {
     const diag = await (await fetch(`${base}/api/system/diagnostics`, { headers: { authorization: `Bearer ${admin}` } })).text();
     const stored = await sql<{ payload: string }>`select payload::text as payload from deployment_job_events`.execute(db.database.db);
     const storedEvents = stored.rows.map((r) => r.payload).join('\n');
-    expect(storedEvents).toContain('wrote INSTALLER_URL, INSTALLER_SERVICE_TOKEN into the platform .env');
+    expect(storedEvents).toContain('wrote INSTALLER_URL, INSTALLER_SERVICE_TOKEN, INSTALLER_TLS_FINGERPRINT256 into the platform .env');
     const logs = proc!.output();
     for (const [name, token] of [['first', firstToken], ['rotated', next]] as const) {
       expect(logs.includes(token), `the ${name} token in a log line`).toBe(false);
