@@ -15,7 +15,7 @@ import type { JobEventLog } from '../state/job-events.ts';
 import type { Sealer } from '../state/platform-config.ts';
 import { authPlugin, undeclaredAccess, type Access } from './auth.ts';
 import { UserDirectory } from '../auth/user-directory.ts';
-import { USERS_CHANNEL, userViews } from '../state/users.ts';
+import { USERS_CHANNEL, userStandings } from '../state/users.ts';
 import { errorBody, installErrorHandling } from './errors.ts';
 import { healthRoutes } from './routes/health.ts';
 import { versionRoutes } from './routes/version.ts';
@@ -66,7 +66,7 @@ export interface AppDeps {
 /** The users' standing read from the installer's database, with changes arriving by NOTIFY. */
 export function userDirectory(database: Database): UserDirectory {
   return new UserDirectory({
-    load: (username) => userViews(database.db, username),
+    load: (username) => userStandings(database.db, username),
     listen: (onChange) => database.listen(USERS_CHANNEL, onChange),
   });
 }

@@ -3,8 +3,9 @@
 // not (app.ts), and the need is read from the route the router matched, never from the URL string
 // (docs/adr/0002-roles.md). A bearer token is either a JWT issued by /api/auth/login or the
 // service token. A JWT works while its `uid` names the user's row, its `gen` is that user's
-// current token generation, and the user is enabled (docs/adr/0016-user-management.md); a user who
-// must choose a password reaches only the routes marked `config.passwordChange`.
+// current token generation, the user is enabled and its id (`jti`) was not signed out
+// (docs/adr/0016-user-management.md); a user who must choose a password reaches only the routes
+// marked `config.passwordChange`.
 import fp from 'fastify-plugin';
 import fastifyJwt from '@fastify/jwt';
 import { hash, timingSafeEqual } from 'node:crypto';
@@ -37,8 +38,8 @@ declare module 'fastify' {
 
 declare module '@fastify/jwt' {
   interface FastifyJWT {
-    payload: { sub: string; uid: number; role: Role; gen: number };
-    user: { sub: string; uid: number; role: Role; gen: number; iat: number; exp: number };
+    payload: { sub: string; uid: number; role: Role; gen: number; jti: string };
+    user: { sub: string; uid: number; role: Role; gen: number; jti: string; iat: number; exp: number };
   }
 }
 
@@ -75,6 +76,7 @@ interface Claims {
   uid?: unknown;
   role?: unknown;
   gen?: unknown;
+  jti?: unknown;
   exp?: unknown;
 }
 /** Verified tokens kept: one per signed-in client is what is needed. */
@@ -146,6 +148,7 @@ export const authPlugin = fp(
       if (!standing || standing.disabled || claims.uid !== standing.id || claims.gen !== standing.tokenGeneration) {
         throw unauthenticated('this token no longer works (the user was changed, disabled or removed): sign in again');
       }
+      if (typeof claims.jti !== 'string' || standing.revokedTokens.has(claims.jti)) throw unauthenticated('this token was signed out: sign in again');
       return { kind: 'user', username: claims.sub, role: standing.role, mustChangePassword: standing.mustChangePassword };
     }
 

@@ -2,8 +2,8 @@
 // generation, role, and whether the user is disabled or must choose a password. The process's own
 // writes refresh it at once; other processes' writes arrive by NOTIFY on the users channel, which
 // first forgets the user (so the next request reads the row) and then re-reads it. A token whose
-// generation is not the user's current one stops working on the next request
-// (docs/adr/0016-user-management.md).
+// generation is not the user's current one, or whose id the user signed out, stops working on the
+// next request (docs/adr/0016-user-management.md).
 import type { Role } from '../db/schema.ts';
 
 /** How long a writer waits for the notice of its own change to come back. */
@@ -21,6 +21,8 @@ export interface UserStanding {
   disabled: boolean;
   mustChangePassword: boolean;
   tokenGeneration: number;
+  /** Ids (`jti`) of this user's signed-out tokens that have not expired yet. */
+  revokedTokens: ReadonlySet<string>;
 }
 
 export interface UserRow extends UserStanding {
@@ -159,5 +161,5 @@ export class UserDirectory {
 }
 
 function standingOf(r: UserStanding): UserStanding {
-  return { id: r.id, role: r.role, disabled: r.disabled, mustChangePassword: r.mustChangePassword, tokenGeneration: r.tokenGeneration };
+  return { id: r.id, role: r.role, disabled: r.disabled, mustChangePassword: r.mustChangePassword, tokenGeneration: r.tokenGeneration, revokedTokens: r.revokedTokens };
 }

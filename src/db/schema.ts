@@ -23,6 +23,21 @@ export interface UsersTable {
   token_generation: Generated<number>;
 }
 
+/** Sign-in attempts per key (client, user name, device, session) in a one-minute window that starts at the first. */
+export interface SignInCountersTable {
+  key: string;
+  window_start: Timestamp;
+  attempts: number;
+}
+
+/** Signed-out tokens (by `jti`), refused until they expire; pruned after. */
+export interface RevokedTokensTable {
+  jti: string;
+  user_id: number;
+  expires_at: Timestamp;
+  revoked_at: Generated<Date>;
+}
+
 export { ACTION_KINDS, type ActionKind, type ActionStatus } from '../contracts/audit.ts';
 import type { ActionKind, ActionStatus } from '../contracts/audit.ts';
 
@@ -263,6 +278,8 @@ export interface DB {
   notification_outbox: NotificationOutboxTable;
   observed_state: ObservedStateTable;
   users: UsersTable;
+  sign_in_counters: SignInCountersTable;
+  revoked_tokens: RevokedTokensTable;
   deployment_actions: DeploymentActionsTable;
   deployment_jobs: DeploymentJobsTable;
   deployment_job_status: DeploymentJobStatusTable;

@@ -75,11 +75,11 @@ describe('bearer tokens', () => {
   });
 
   it('a token accepted before (and so remembered) is refused once it expires', async () => {
-    const exp = Math.floor(Date.now() / 1000) + 2;
     // uid: the admin's row id, as a token from sign-in names it; gen: the admin's token generation
-    // (1 until its password, role or status changes).
+    // (1 until its password, role or status changes); jti: the token's own id.
     const { uid } = JSON.parse(Buffer.from((await t.token('admin')).split('.')[1]!, 'base64url').toString()) as { uid: number };
-    const shortLived = createSigner({ key: TEST_SECRETS.JWT_SECRET })({ sub: 'admin', uid, role: 'admin', gen: 1, exp });
+    const exp = Math.floor(Date.now() / 1000) + 2; // after the sign-in above, which takes a while
+    const shortLived = createSigner({ key: TEST_SECRETS.JWT_SECRET })({ sub: 'admin', uid, role: 'admin', gen: 1, jti: 'short-lived-1', exp });
     for (let i = 0; i < 3; i++) expect((await get('/api/version', { authorization: `Bearer ${shortLived}` })).statusCode).toBe(200);
     await new Promise((r) => setTimeout(r, exp * 1000 - Date.now() + 50));
     const late = await get('/api/version', { authorization: `Bearer ${shortLived}` });

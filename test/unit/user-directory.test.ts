@@ -32,7 +32,7 @@ function source(rows: UserRow[]) {
   };
 }
 
-const amy: UserRow = { id: 1, username: 'amy', role: 'operator', disabled: false, mustChangePassword: false, tokenGeneration: 1 };
+const amy: UserRow = { id: 1, username: 'amy', role: 'operator', disabled: false, mustChangePassword: false, tokenGeneration: 1, revokedTokens: new Set() };
 
 describe('user directory', () => {
   it('knows every user after start, and a removed one as absent after a read', async () => {

@@ -1,11 +1,16 @@
-// Sign-in for local users, and a user changing their own password. Tokens are JWTs that expire
-// (TOKEN_TTL_SECONDS) and name the user's token generation. Sign-in is rate limited per client
-// address, and failed sign-ins (and wrong current passwords) are counted per user name across all
-// addresses (docs/adr/0016-user-management.md).
+// Sign-in and sign-out for local users, and a user changing their own password. Tokens are JWTs
+// that expire (TOKEN_TTL_SECONDS), name the user's token generation and carry an id (`jti`) that
+// sign-out revokes. Every sign-in attempt is counted in the database before its password is
+// checked: per client address (an IPv6 client by its /64) and per user name, or, for a device that
+// signed in as that user before (its device cookie), per device alone, so that strangers failing
+// at a user name do not keep that user out (docs/adr/0016-user-management.md).
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import { changeOwnPassword, verifyCredentials, USERNAME_MAX, type UserView } from '../../state/users.ts';
+import { changeOwnPassword, revokeToken, upgradePasswordHash, verifyCredentials, USERNAME_MAX, type UserView } from '../../state/users.ts';
+import { countAttempt, giveBack, pruneCounters, type CountedAttempt, type CounterLimit } from '../../state/sign-in-throttle.ts';
+import { clientKey, cookieValue, deviceCookieName, DeviceTokens, type Device } from '../../auth/sign-in.ts';
 import { AppError, badRequest, forbidden, unauthenticated } from '../../errors.ts';
 import { ROLES } from '../../db/schema.ts';
 import { newPasswordSchema } from './users.ts';
@@ -35,31 +40,51 @@ const passwordBody = z.strictObject({
   newPassword: newPasswordSchema,
 });
 
-function tooManyAttempts(reply: FastifyReply, seconds: number): AppError {
-  void reply.header('retry-after', String(seconds));
-  return new AppError('rate_limited', `too many failed sign-ins for this user name: try again in ${seconds} s`);
+/** The answer to a wrong password, an unknown user name and a disabled user alike. */
+const WRONG = 'wrong user name or password';
+
+/** Expired counters are removed after this many attempts counted by this process. */
+const PRUNE_EVERY = 200;
+
+/** A counter with the rule it stands for, as the 429 names it. */
+interface Counter extends CounterLimit {
+  rule: string;
 }
 
 export const authRoutes: FastifyPluginAsyncZod = async (app) => {
-  // Failed sign-ins per user name, whatever the address (the route's own limit is per address).
-  // A wrong current password on a password change counts against the same user name: a stolen
-  // token must not become a way to guess the password without the limit.
-  const failuresOf = app.createRateLimit({
-    max: app.deps.settings.LOGIN_FAILURES_PER_USER_PER_MINUTE,
-    timeWindow: 60_000,
-    keyGenerator: (req) => `sign-in-failures:${(req.body as { username?: string }).username ?? (req.principal?.kind === 'user' ? req.principal.username : '')}`,
-  });
-  /** Throws 429 while the user name has used up its failures. */
-  const refuseWhileThrottled = async (req: FastifyRequest, reply: FastifyReply, username: string) => {
-    const before = await failuresOf(req, { increment: false });
-    if (!before.isAllowed && before.remaining === 0 && before.ttl > 0) {
-      req.log.info({ username }, 'refused: too many failed passwords for this user name');
-      throw tooManyAttempts(reply, before.ttlInSeconds);
+  const db = app.deps.database.db;
+  const perClient = app.deps.settings.LOGIN_RATE_LIMIT_PER_MINUTE;
+  const perUser = app.deps.settings.LOGIN_FAILURES_PER_USER_PER_MINUTE;
+  const devices = new DeviceTokens(app.deps.jwtSecret);
+  let sincePrune = 0;
+
+  /** Counts an attempt on its counters before anything is checked; 429 when one is past its limit. */
+  const admitAttempt = async (req: FastifyRequest, reply: FastifyReply, counters: Counter[]): Promise<CountedAttempt[]> => {
+    if (++sincePrune >= PRUNE_EVERY) {
+      sincePrune = 0;
+      void pruneCounters(db).catch((err: unknown) => req.log.warn({ reason: (err as Error).message }, 'could not prune sign-in counters'));
     }
+    const { counted, refusedBy } = await countAttempt(db, counters);
+    if (!refusedBy.length) return counted;
+    const longest = refusedBy.reduce((a, b) => (b.retryAfter > a.retryAfter ? b : a));
+    const rule = counters.find((c) => c.key === longest.key)!.rule;
+    req.log.info({ rule, retryAfter: longest.retryAfter }, 'sign-in attempt refused: too many');
+    void reply.header('retry-after', String(longest.retryAfter));
+    throw new AppError('rate_limited', `${rule}: try again in ${longest.retryAfter} s`);
+  };
+
+  /** The device this request signs in from, if it carries a device token for this very user. */
+  const deviceOf = async (req: FastifyRequest, username: string): Promise<Device | null> => {
+    const device = devices.verify(username, cookieValue(req.headers.cookie, deviceCookieName(username)));
+    if (!device) return null;
+    // Only a verified token gets here, so only user names the installer issued tokens for are read.
+    const known = app.users.peek(username);
+    const standing = known === undefined ? await app.users.fetch(username) : known;
+    return standing && standing.id === device.uid ? device : null;
   };
 
   const issue = (user: Pick<UserView, 'id' | 'username' | 'role' | 'mustChangePassword' | 'tokenGeneration'>) => {
-    const token = app.jwt.sign({ sub: user.username, uid: user.id, role: user.role, gen: user.tokenGeneration });
+    const token = app.jwt.sign({ sub: user.username, uid: user.id, role: user.role, gen: user.tokenGeneration, jti: randomUUID() });
     const { exp } = app.jwt.decode<{ exp: number }>(token)!;
     return {
       token,
@@ -69,34 +94,82 @@ export const authRoutes: FastifyPluginAsyncZod = async (app) => {
     };
   };
 
+  /** The claims of the request's own bearer token (already verified by the auth hook). */
+  const ownClaims = (req: FastifyRequest): { jti: string; uid: number; exp: number } => {
+    const token = /^Bearer (\S+)$/i.exec(req.headers.authorization ?? '')?.[1];
+    const claims = token ? app.jwt.decode<{ jti?: unknown; uid?: unknown; exp?: unknown }>(token) : null;
+    if (!claims || typeof claims.jti !== 'string' || typeof claims.uid !== 'number' || typeof claims.exp !== 'number') {
+      throw unauthenticated('this token has no id: sign in again');
+    }
+    return { jti: claims.jti, uid: claims.uid, exp: claims.exp };
+  };
+
   app.post(
     '/api/auth/login',
     {
-      config: {
-        access: 'public',
-        rateLimit: { max: app.deps.settings.LOGIN_RATE_LIMIT_PER_MINUTE, timeWindow: '1 minute' },
-      },
+      config: { access: 'public' },
       schema: {
         tags: ['auth'],
-        summary: 'Exchange a user name and password for a bearer token',
+        summary: 'Exchange a user name and password for a bearer token (throttled per address, user name and device: 429 with Retry-After)',
         body: loginBody,
         response: { 200: tokenSchema },
       },
     },
     async (req, reply) => {
-      await refuseWhileThrottled(req, reply, req.body.username);
-      const user = await verifyCredentials(app.deps.database.db, req.body.username, req.body.password);
-      if (!user) {
-        await failuresOf(req);
-        req.log.info({ username: req.body.username }, 'sign-in refused');
-        throw unauthenticated('wrong user name or password');
+      const { username, password } = req.body;
+      const device = await deviceOf(req, username);
+      const counters: Counter[] = device
+        ? [{ key: `device:${device.id}`, limit: perUser, rule: `too many failed sign-ins for this user name from this device (at most ${perUser} a minute)` }]
+        : [
+            { key: `client:${clientKey(req.ip)}`, limit: perClient, rule: `too many failed sign-ins from this address (at most ${perClient} a minute)` },
+            {
+              key: `user:${username}`,
+              limit: perUser,
+              rule: `too many failed sign-ins for this user name from new devices (at most ${perUser} a minute; a browser that signed in as this user before is not held back)`,
+            },
+          ];
+      const counted = await admitAttempt(req, reply, counters);
+      const user = await verifyCredentials(db, username, password);
+      // A disabled user with the right password gets the answer of a wrong one: the same status,
+      // body and work (the hash was checked either way), so it does not confirm the password.
+      if (!user || user.disabled_at !== null) {
+        req.log.info({ username, ...(user ? { disabled: true } : {}) }, 'sign-in refused');
+        throw unauthenticated(WRONG);
       }
-      if (user.disabled_at !== null) {
-        req.log.info({ username: user.username }, 'sign-in refused: user disabled');
-        throw forbidden('this user is disabled: ask an admin');
+      await giveBack(db, counted);
+      try {
+        if (await upgradePasswordHash(db, user, password)) req.log.info({ username: user.username }, 'password hash upgraded to the current scrypt parameters');
+      } catch (err) {
+        req.log.warn({ username: user.username, reason: (err as Error).message }, 'could not upgrade the password hash');
       }
+      // This device may now sign in as this user without waiting behind strangers (renewed each time).
+      const next = devices.issue(user.username, user.id, device?.id);
+      void reply.header(
+        'set-cookie',
+        `${deviceCookieName(user.username)}=${next.token}; Path=/api/auth/login; Max-Age=${next.maxAgeSeconds}; HttpOnly; SameSite=Strict${req.protocol === 'https' ? '; Secure' : ''}`,
+      );
       req.log.info({ username: user.username }, 'signed in');
       return issue({ id: user.id, username: user.username, role: user.role, mustChangePassword: user.must_change_password, tokenGeneration: user.token_generation });
+    },
+  );
+
+  app.post(
+    '/api/auth/logout',
+    {
+      config: { access: 'viewer', passwordChange: true },
+      schema: {
+        tags: ['auth'],
+        summary: 'Sign out: this token stops working at once, in every installer process',
+        response: { 200: z.object({ signedOut: z.literal(true) }) },
+      },
+    },
+    async (req) => {
+      const p = req.principal!;
+      if (p.kind !== 'user') throw badRequest('the service token cannot be signed out: replace its file to rotate it (docs/access.md)');
+      const { jti, uid, exp } = ownClaims(req);
+      await app.users.applying(p.username, () => revokeToken(db, { jti, userId: uid, username: p.username, expiresAt: new Date(exp * 1000) }));
+      req.log.info({ username: p.username }, 'signed out');
+      return { signedOut: true as const };
     },
   );
 
@@ -129,17 +202,23 @@ export const authRoutes: FastifyPluginAsyncZod = async (app) => {
       const p = req.principal!;
       if (p.kind !== 'user') throw forbidden('the service token has no password: rotate its file instead (docs/access.md)');
       if (req.body.newPassword === req.body.currentPassword) throw badRequest('newPassword must differ from currentPassword');
-      await refuseWhileThrottled(req, reply, p.username);
+      // Wrong current passwords are counted per sign-in (this token), before the check: a stolen
+      // token is no way to guess the password faster than the sign-in route allows, and strangers
+      // failing at this user name do not keep its owner from changing the password.
+      const { jti } = ownClaims(req);
+      const counted = await admitAttempt(req, reply, [
+        { key: `session:${jti}`, limit: perUser, rule: `too many wrong current passwords with this sign-in (at most ${perUser} a minute)` },
+      ]);
       // A wrong current password throws out of the write, so nobody waits for a notice never sent.
       const user = await app.users.applying(p.username, async () => {
-        const changed = await changeOwnPassword(app.deps.database.db, p.username, req.body.currentPassword, req.body.newPassword);
+        const changed = await changeOwnPassword(db, p.username, req.body.currentPassword, req.body.newPassword);
         if (!changed) {
-          await failuresOf(req);
           req.log.info({ actor: p.username }, 'password change refused: wrong current password');
           throw forbidden('the current password is wrong');
         }
         return changed;
       });
+      await giveBack(db, counted);
       req.log.info({ actor: p.username, user: p.username, change: 'password' }, 'user changed');
       return issue(user);
     },

@@ -9,7 +9,7 @@ import { wire, type Wired } from '../../../src/wiring.ts';
 import type { SelfUpdateEngine } from '../../../src/adapters/self-update.ts';
 import { loadSettings, type Settings } from '../../../src/config.ts';
 import { createLogger, RecentLines, SecretSet } from '../../../src/logger.ts';
-import { createUser } from '../../../src/state/users.ts';
+import { hashPassword } from '../../../src/state/users.ts';
 import type { ContainerLogsPort, RuntimePort, VersionInfo } from '../../../src/contracts/ports.ts';
 import { createTestDatabase, type TestDatabase } from '../shared/db.ts';
 import type { Role } from '../../../src/db/schema.ts';
@@ -62,6 +62,17 @@ export interface TestAppOptions {
   observer?: boolean;
 }
 
+/**
+ * Each role's password, hashed once per test process and stored in every fresh database: a hash at
+ * today's scrypt cost takes a few hundred milliseconds.
+ */
+const roleHashes = new Map<Role, Promise<string>>();
+const hashOf = (role: Role): Promise<string> => {
+  let h = roleHashes.get(role);
+  if (!h) roleHashes.set(role, (h = hashPassword(PASSWORDS[role])));
+  return h;
+};
+
 export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> {
   const fresh = !opts.db;
   const db = opts.db ?? (await createTestDatabase());
@@ -82,7 +93,7 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
   const logger = createLogger({ level: opts.logLevel ?? 'trace', secrets: secretSet, destination, recent: recentLogs });
   if (fresh) {
     for (const role of ['admin', 'operator', 'viewer'] as const) {
-      await createUser(db.database.db, { username: role, password: PASSWORDS[role], role });
+      await db.database.db.insertInto('users').values({ username: role, password_hash: await hashOf(role), role }).execute();
     }
   }
   const secrets = {
