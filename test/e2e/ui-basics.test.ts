@@ -5,7 +5,7 @@
 // polling that rests while the tab is hidden and refreshes when it is shown again.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Page } from 'playwright-core';
-import { startTestApp, type TestApp } from '../helpers/api/app.ts';
+import { startTestApp, PASSWORDS, type TestApp } from '../helpers/api/app.ts';
 import { axeViolations, describeViolations, ensureUiBuilt, launchChromium, newPage, shoot, signIn, useToken, type PageGlobals } from '../helpers/e2e/ui.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { recordFinished, recordStarted } from '../../src/state/actions.ts';
@@ -178,10 +178,14 @@ describe('UI basics', () => {
       await poll(() => page.title()).toBe('Change password · Installer');
       await page.goto(`${base}/nowhere`);
       await poll(() => page.title()).toBe('Not found · Installer');
-      // Signing out lands on sign-in, titled so.
+      // Signing out lands on sign-in, titled so, and the server refuses the token from then on.
+      const token = await page.evaluate(() => (globalThis as unknown as { sessionStorage: { getItem(k: string): string | null } }).sessionStorage.getItem('installer.token'));
       await page.getByRole('button', { name: 'Sign out' }).click();
       await poll(() => page.title()).toBe('Sign in · Installer');
       await poll(focused).toEqual({ tag: 'H1', text: 'Sign in', tabindex: '-1' });
+      const after = await fetch(`${base}/api/auth/me`, { headers: { authorization: `Bearer ${token}` } });
+      expect(after.status).toBe(401);
+      expect(((await after.json()) as { message: string }).message).toBe('this token was signed out: sign in again');
     } finally {
       await context.close();
     }
@@ -381,6 +385,38 @@ describe('UI basics', () => {
       await poll(() => n('/api/machines')).toBe(2);
     } finally {
       await context.close();
+    }
+  }, 120_000);
+
+  it('names the sign-in throttle\'s rule once, and lets a browser that signed in before through', async () => {
+    // This browser signs in as the operator (it keeps a device cookie for that name), then out.
+    const known = await newPage(browser);
+    const fresh = await newPage(browser);
+    try {
+      await signIn(known.page, base, 'operator');
+      await known.page.getByRole('button', { name: 'Sign out' }).click();
+      await poll(() => known.page.title()).toBe('Sign in · Installer');
+      // Strangers fail at the name up to its limit (LOGIN_FAILURES_PER_USER_PER_MINUTE, 10).
+      for (let i = 0; i < 10; i++) {
+        const res = await t.app.inject({ method: 'POST', url: '/api/auth/login', remoteAddress: `10.77.0.${i + 1}`, payload: { username: 'operator', password: `guess-${i}` } });
+        expect(res.statusCode).toBe(401);
+      }
+      // A browser that never signed in as the operator is held back, and told why once.
+      await fresh.page.goto(`${base}/login`);
+      await fresh.page.getByLabel('User name').fill('operator');
+      await fresh.page.getByLabel('Password').fill(PASSWORDS.operator);
+      await fresh.page.getByRole('button', { name: 'Sign in' }).click();
+      const alert = fresh.page.getByTestId('login-error');
+      await poll(() => alert.textContent()).toMatch(
+        /^Too many failed sign-ins for this user name from new devices \(at most 10 a minute; a browser that signed in as this user before is not held back\): try again in \d+ s\.$/,
+      );
+      expect((await alert.textContent())!.toLowerCase()).not.toContain('too many attempts');
+      // The browser that signed in before gets in.
+      await signIn(known.page, base, 'operator');
+      expect(await known.page.getByTestId('user').textContent()).toContain('operator');
+    } finally {
+      await known.context.close();
+      await fresh.context.close();
     }
   }, 120_000);
 });

@@ -102,8 +102,10 @@ describe('users in the UI', () => {
       await row(page, 'lena').getByRole('button', { name: 'Disable' }).click();
       await poll(() => page.getByTestId('users-notice').textContent()).toContain('lena is disabled and signed out');
       await poll(() => row(page, 'lena').textContent()).toContain('disabled');
+      // Refused exactly as a wrong password would be: the answer does not confirm the password.
       const refused = await t.app.inject({ method: 'POST', url: '/api/auth/login', payload: { username: 'lena', password: 'lena-own-password' } });
-      expect(refused.statusCode).toBe(403);
+      expect(refused.statusCode).toBe(401);
+      expect(refused.json().message).toBe('wrong user name or password');
       await row(page, 'lena').getByRole('button', { name: 'Enable' }).click();
       await poll(() => page.getByTestId('users-notice').textContent()).toContain('lena is enabled');
       await poll(() => row(page, 'lena').getByRole('button', { name: 'Disable' }).count()).toBe(1);

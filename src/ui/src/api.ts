@@ -23,6 +23,21 @@ export const session = {
   clear: (): void => sessionStorage.removeItem(TOKEN_KEY),
 };
 
+/**
+ * Signs the token out on the server, so that a copy of it stops working too, then forgets it. A
+ * failure (the installer unreachable, the token already refused) still forgets it here.
+ */
+export async function signOut(): Promise<void> {
+  const token = session.token();
+  session.clear();
+  if (!token) return;
+  try {
+    await fetch('/api/auth/logout', { method: 'POST', headers: { authorization: `Bearer ${token}` }, cache: 'no-store', keepalive: true });
+  } catch {
+    // nothing more to do: the token expires on its own
+  }
+}
+
 let unauthorized: (message: string) => void = () => {};
 /** Called (once per 401) after the token is dropped; the app sends the user to sign-in. */
 export function onUnauthorized(fn: (message: string) => void): void {

@@ -1,7 +1,7 @@
 // The shell: sign-in gate, header (navigation, update pill, user), and the pages.
 import { createContext } from 'preact';
 import { useContext, useEffect, useState } from 'preact/hooks';
-import { api, ApiError, hasRole, onUnauthorized, session, type Me, type SelfUpdateCheck, type StartedUpdate } from './api.ts';
+import { api, ApiError, hasRole, onUnauthorized, session, signOut as signOutOnServer, type Me, type SelfUpdateCheck, type StartedUpdate } from './api.ts';
 import { Link, match, navigate, useLocation, usePageChange } from './router.tsx';
 import { UpdateChecker } from './update.ts';
 import { RestartOverlay, UpdatePill } from './components/update.tsx';
@@ -68,7 +68,7 @@ export function App() {
       />
     );
   }
-  const signOut = () => (session.clear(), setMe(null), navigate('/login', { replace: true }));
+  const signOut = () => void signOutOnServer().then(() => (setMe(null), navigate('/login', { replace: true })));
   if (me.mustChangePassword) return <PasswordPage me={me} forced onChanged={setMe} onSignOut={signOut} />;
   return <SignedIn me={me} onMe={setMe} onSignOut={signOut} />;
 }

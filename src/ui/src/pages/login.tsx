@@ -13,6 +13,9 @@ interface LoginAnswer {
   user: { username: string; role: string; mustChangePassword: boolean };
 }
 
+/** A server message as a sentence: capitalised, with a full stop. */
+const sentence = (m: string) => `${m.charAt(0).toUpperCase()}${m.slice(1)}${/[.!?]$/.test(m) ? '' : '.'}`;
+
 export function LoginPage(props: { reason: string | null; onSignedIn: (me: Me) => void }) {
   const [username, setUsername] = useState('');
   const [password, setPassword] = useState('');
@@ -35,8 +38,8 @@ export function LoginPage(props: { reason: string | null; onSignedIn: (me: Me) =
       props.onSignedIn(await api<Me>('/api/auth/me'));
     } catch (err) {
       if (err instanceof ApiError && err.status === 401) setError('Wrong user name or password.');
-      else if (err instanceof ApiError && err.status === 403) setError(err.message);
-      else if (err instanceof ApiError && err.status === 429) setError(`Too many attempts: ${err.message}`);
+      // A 429 names its rule and when to try again ("too many failed sign-ins …: try again in 42 s").
+      else if (err instanceof ApiError && err.status === 429) setError(sentence(err.message));
       else setError(err instanceof Error ? err.message : String(err));
     } finally {
       setBusy(false);
