@@ -93,8 +93,9 @@ export const settingsSchema = z.object({
   DATABASE_PASSWORD: z.string().min(1).optional(),
   TOKEN_TTL_SECONDS: positiveInt.max(7 * 24 * 3600, 'must be at most one week').default(12 * 3600),
   SERVICE_ACTOR_NAME: z.string().min(1).default('platform-control-plane'),
+  /** Failed sign-ins per client (an IPv4 address or an IPv6 /64) per minute, all user names together (docs/adr/0016-user-management.md). */
   LOGIN_RATE_LIMIT_PER_MINUTE: positiveInt.default(10),
-  /** Failed sign-ins per user name per minute, from any address; past it the name is refused until the minute ends. */
+  /** Failed sign-ins per user name per minute from devices that never signed in as that user, all addresses together; and per such device. */
   LOGIN_FAILURES_PER_USER_PER_MINUTE: positiveInt.default(10),
 
   INSTALLER_CHANNEL: z.string().regex(/^[a-z0-9]+$/, 'must be a lower-case word such as prod or dev').optional(),

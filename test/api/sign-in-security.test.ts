@@ -236,8 +236,9 @@ describe('a disabled user', () => {
     // Both ran the password hash: neither is much faster than the other.
     const median = (xs: Answer[]) => xs.map((x) => x.ms).sort((p, q) => p - q)[2]!;
     const ratio = median(right) / median(wrong);
-    expect(ratio, `right ${median(right).toFixed(0)} ms, wrong ${median(wrong).toFixed(0)} ms`).toBeGreaterThan(0.5);
-    expect(ratio).toBeLessThan(2);
+    // (An answer that skipped the hash would take a few ms against hundreds: a ratio near 0.01.)
+    expect(ratio, `right ${median(right).toFixed(0)} ms, wrong ${median(wrong).toFixed(0)} ms`).toBeGreaterThan(1 / 3);
+    expect(ratio).toBeLessThan(3);
   }, 120_000);
 });
 

@@ -15,6 +15,8 @@ describe('user CLI', () => {
     const add = runEntry('src/cli/user.ts', env, ['add', 'carol', 'operator'], 'carol-password\n');
     expect(await add.exited).toBe(0);
     expect((await verifyCredentials(db.database.db, 'carol', 'carol-password'))?.role).toBe('operator');
+    // Hashed at today's cost, the parameters stored with the hash: scrypt N=2^17, r=8, p=1.
+    expect((await db.database.db.selectFrom('users').select('password_hash').where('username', '=', 'carol').executeTakeFirstOrThrow()).password_hash).toMatch(/^scrypt\$131072\$8\$1\$/);
     const list = runEntry('src/cli/user.ts', env, ['list']);
     expect(await list.exited).toBe(0);
     expect(list.output()).toContain('carol\toperator');
