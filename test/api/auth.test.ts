@@ -36,6 +36,15 @@ describe('sign-in', () => {
     }
   });
 
+  it('refuses a user name with a control character as bad input, on a listening socket', async () => {
+    const base = await t.app.listen({ host: '127.0.0.1', port: 0 });
+    for (const username of ['\u0000', 'admin\u0000', 'ad\nmin']) {
+      const res = await fetch(`${base}/api/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username, password: 'admin-password-1' }) });
+      expect(res.status, JSON.stringify(username)).toBe(400);
+      expect(((await res.json()) as { message: string }).message).toContain('username must not contain control characters');
+    }
+  });
+
   it('names the missing field of a bad login body', async () => {
     const res = await login({ username: 'admin' });
     expect(res.statusCode).toBe(400);

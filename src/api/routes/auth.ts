@@ -16,7 +16,9 @@ import { ROLES } from '../../db/schema.ts';
 import { newPasswordSchema } from './users.ts';
 
 const loginBody = z.object({
-  username: z.string().min(1).max(USERNAME_MAX),
+  // No user name holds a control character, and Postgres text cannot hold NUL: refused as bad input
+  // before it reaches the throttle's counters or the users table.
+  username: z.string().min(1).max(USERNAME_MAX).regex(/^\P{Cc}+$/u, 'username must not contain control characters'),
   password: z.string().min(1).max(1024),
 });
 
