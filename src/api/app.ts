@@ -4,7 +4,6 @@ import { randomUUID } from 'node:crypto';
 import Fastify, { LogController, type FastifyInstance, type FastifyBaseLogger, type FastifyReply, type FastifyRequest } from 'fastify';
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
-import fastifyRateLimit from '@fastify/rate-limit';
 import { fastifySSE } from '@fastify/sse';
 import { serializerCompiler, validatorCompiler, jsonSchemaTransform } from 'fastify-type-provider-zod';
 import type { Logger } from 'pino';
@@ -201,11 +200,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const metrics = new InstallerMetrics();
   await app.register(metricsPlugin, { metrics });
   await app.register(lastAnswerPlugin);
-  await app.register(fastifyRateLimit, {
-    global: false,
-    errorResponseBuilder: (_req, ctx) =>
-      errorBody(429, `too many attempts: try again in ${Math.ceil(ctx.ttl / 1000)} s`, 'rate_limited'),
-  });
   // Server-sent events for job and log streams; routes send their own heartbeats.
   await app.register(fastifySSE, { heartbeatInterval: 15_000 });
   await app.register(authPlugin, {
