@@ -287,13 +287,7 @@ export async function deleteUser(db: Kysely<DB>, username: string): Promise<User
 // so every installer process re-reads that user's standing, revoked ids included.
 
 /** What the token check keeps of each user: the standing, and the ids of their signed-out tokens. */
-export interface UserStandingRow {
-  id: number;
-  username: string;
-  role: Role;
-  disabled: boolean;
-  mustChangePassword: boolean;
-  tokenGeneration: number;
+export interface UserStandingRow extends Pick<UserView, 'id' | 'username' | 'role' | 'disabled' | 'mustChangePassword' | 'tokenGeneration'> {
   revokedTokens: ReadonlySet<string>;
 }
 
