@@ -27,7 +27,7 @@ export class CancelJobReconciler {
     if (!req || req.phase !== 'running') return;
     const targetId = req.params.targetJobId ?? '';
     await events.open(requestId);
-    const audit = await recordStarted(db, { kind: 'cancel-job', actor: { id: req.actor, email: req.actorEmail }, jobId: requestId, detail: `cancel job ${targetId}` });
+    const audit = await recordStarted(db, { kind: 'cancel-job', actor: { id: req.actor, email: req.actorEmail, kind: req.actorKind }, jobId: requestId, detail: `cancel job ${targetId}` });
     await events.append(requestId, 'phase', { phase: 'cancelling', targetJobId: targetId });
     const outcome = await this.cancel(targetId, req.actor);
     if (!outcome) return; // stopping: the next boot closes this request as interrupted

@@ -193,7 +193,7 @@ export class SelfUpdateReconciler {
         const recorded = await db.transaction().execute(async (tx) => {
           const action = await recordStarted(tx, {
             kind: 'self-update',
-            actor: { id: req.actor, email: req.actorEmail },
+            actor: { id: req.actor, email: req.actorEmail, kind: req.actorKind },
             // The audit row links the update's transcript.
             jobId: req.jobId,
             targetDigest: input.target.digest,
@@ -204,7 +204,9 @@ export class SelfUpdateReconciler {
           await updateSelfUpdate(tx, id, { actionId, preUpdateMigration });
           // Someone started this build by hand, past preflight: its quarantine is lifted, by them
           // (docs/update-policy.md). The policy's own start never lifts one.
-          if (req.actor !== POLICY_ACTOR.id && (await liftQuarantine(tx, input.target.digest, { id: req.actor, email: req.actorEmail }))) {
+          // (A request from before actor kinds were recorded, by the policy's id, was the policy's.)
+          const byPolicy = req.actor === POLICY_ACTOR.id && (req.actorKind ?? POLICY_ACTOR.kind) === POLICY_ACTOR.kind;
+          if (!byPolicy && (await liftQuarantine(tx, input.target.digest, { id: req.actor, email: req.actorEmail }))) {
             log.info({ digest: input.target.digest, by: req.actor }, 'quarantine lifted by a manual self-update');
           }
           return { actionId, preUpdateMigration };

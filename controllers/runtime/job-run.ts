@@ -116,7 +116,7 @@ export async function runJob(d: JobRunDeps, job: JobView, running: RunningJobs, 
     },
   };
   const plan = planFor(io);
-  await recordStarted(db, { kind: job.kind, actor: { id: job.actor, email: job.actorEmail }, jobId, detail: plan.auditDetail });
+  await recordStarted(db, { kind: job.kind, actor: { id: job.actor, email: job.actorEmail, kind: job.actorKind }, jobId, detail: plan.auditDetail });
   logger.info({ jobId, kind: job.kind, services, actor: job.actor }, `job ${jobId} started: ${job.kind}`);
   io.phase('started', { kind: job.kind, services, ...plan.startedExtra });
   await updateJobStatus(db, jobId, { conditions: jobConditions(null) });

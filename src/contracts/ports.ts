@@ -2,6 +2,8 @@
 // the shapes that adapters, controllers and the UI share. A folder of its own, so that adapters and
 // the UI do not depend on the API's folder. main.ts wires the adapters in, so routes never import
 // dockerode or the file system directly.
+import type { ActorKind } from './audit.ts';
+
 export interface VersionInfo {
   /** False when the installer does not run in a container (development): then no image is reported. */
   inContainer: boolean;
@@ -39,6 +41,8 @@ export interface ActionView {
   exitCode: number | null;
   actor: string;
   actorEmail: string | null;
+  /** Who vouched for the actor (ACTOR_KINDS); null on rows written before kinds were recorded. */
+  actorKind: ActorKind | null;
   detail: string | null;
   targetDigest: string | null;
   schemaMigration: string | null;

@@ -39,7 +39,7 @@ export interface RevokedTokensTable {
 }
 
 export { ACTION_KINDS, type ActionKind, type ActionStatus } from '../contracts/audit.ts';
-import type { ActionKind, ActionStatus } from '../contracts/audit.ts';
+import type { ActionKind, ActionStatus, ActorKind } from '../contracts/audit.ts';
 
 export interface DeploymentActionsTable {
   id: Generated<string>; // bigserial comes back as a string from pg
@@ -48,6 +48,8 @@ export interface DeploymentActionsTable {
   exit_code: number | null;
   actor: string;
   actor_email: string | null;
+  /** Who vouched for `actor` (migration 0014); null on rows written before it. */
+  actor_kind: ActorKind | null;
   detail: string | null;
   target_digest: string | null;
   schema_migration: string | null;
@@ -64,6 +66,8 @@ export interface DeploymentJobsTable {
   params: Json<Record<string, unknown>>;
   actor: string;
   actor_email: string | null;
+  /** Who vouched for `actor` (migration 0014); null on requests written before it. */
+  actor_kind: ActorKind | null;
   generation: Generated<number>;
   cancel_requested_by: string | null;
   cancel_requested_at: Date | null;
@@ -133,6 +137,8 @@ export interface SelfUpdateRequestsTable {
   request_id: string;
   actor: string;
   actor_email: string | null;
+  /** Who vouched for `actor` (migration 0014); null on requests written before it. */
+  actor_kind: ActorKind | null;
   /** The update's own job (kind `self-update`): its transcript. Null for requests made before it existed. */
   job_id: string | null;
   generation: Generated<number>;

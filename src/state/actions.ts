@@ -1,13 +1,15 @@
 // The audit trail (`deployment_actions`). Rows are written by controllers and never pruned.
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { ActionKind, ActionStatus, DB, DeploymentAction } from '../db/schema.ts';
-import type { Actor } from '../auth/actor.ts';
+import type { ActorKind } from '../contracts/audit.ts';
+import type { RecordedActor } from '../auth/actor.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
 export interface StartAction {
   kind: ActionKind;
-  actor: Actor;
+  /** Who did it, with the kind the request recorded (null for a request written before kinds were kept). */
+  actor: RecordedActor;
   detail?: string | null;
   jobId?: string | null;
   targetDigest?: string | null;
@@ -40,6 +42,7 @@ async function insertStarted(db: Conn, a: StartAction): Promise<DeploymentAction
       exit_code: null,
       actor: a.actor.id,
       actor_email: a.actor.email ?? null,
+      actor_kind: a.actor.kind ?? null,
       detail: a.detail ?? null,
       job_id: a.jobId ?? null,
       target_digest: a.targetDigest ?? null,
@@ -56,8 +59,8 @@ export async function recordCompleted(db: Conn, a: StartAction): Promise<Deploym
     return await db
       .insertInto('deployment_actions')
       .values({
-        kind: a.kind, status: 'completed', exit_code: null, actor: a.actor.id, actor_email: a.actor.email ?? null, detail: a.detail ?? null,
-        job_id: a.jobId ?? null, target_digest: a.targetDigest ?? null, schema_migration: a.schemaMigration ?? null, finished_at: new Date(),
+        kind: a.kind, status: 'completed', exit_code: null, actor: a.actor.id, actor_email: a.actor.email ?? null, actor_kind: a.actor.kind ?? null,
+        detail: a.detail ?? null, job_id: a.jobId ?? null, target_digest: a.targetDigest ?? null, schema_migration: a.schemaMigration ?? null, finished_at: new Date(),
       })
       .returningAll()
       .executeTakeFirstOrThrow();
@@ -108,6 +111,7 @@ function selectActions(db: Conn) {
     .select([
       'id', 'kind', 'status', 'exit_code as exitCode', 'actor', 'actor_email as actorEmail', 'detail', 'target_digest as targetDigest',
       'schema_migration as schemaMigration', 'job_id as jobId', isoUtc('created_at').as('createdAt'), isoUtc('finished_at').as('finishedAt'),
+      'actor_kind as actorKind',
     ])
     .orderBy('created_at', 'desc')
     .orderBy('id', 'desc');
@@ -125,6 +129,8 @@ export async function listActions(db: Conn, limit: number) {
 export interface ActionFilter {
   /** Exactly this actor. */
   actor?: string;
+  /** Any of these kinds of actor. */
+  actorKinds?: readonly ActorKind[];
   /** Any of these kinds. */
   kinds?: readonly ActionKind[];
   status?: ActionStatus;
@@ -143,6 +149,7 @@ export async function listActionsPage(db: Conn, filter: ActionFilter, page: { be
   let q = selectActions(db);
   if (filter.actor !== undefined) q = q.where('actor', '=', filter.actor);
   if (filter.kinds?.length) q = q.where('kind', 'in', [...filter.kinds]);
+  if (filter.actorKinds?.length) q = q.where('actor_kind', 'in', [...filter.actorKinds]);
   if (filter.status !== undefined) q = q.where('status', '=', filter.status);
   if (filter.since !== undefined) q = q.where('created_at', '>=', sql<Date>`${filter.since}::timestamptz`);
   if (filter.until !== undefined) q = q.where('created_at', '<=', sql<Date>`${filter.until}::timestamptz`);

@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Condition, DB, JobPhase } from '../db/schema.ts';
 import type { JobKind } from '../contracts/job-kinds.ts';
-import type { Actor } from '../auth/actor.ts';
+import type { ActorKind, RecordedActor } from '../auth/actor.ts';
 import { refuseConflicting } from './exclusion.ts';
 import { enqueueNotification } from './notifications.ts';
 
@@ -26,6 +26,8 @@ export interface JobView {
   params: JobParams;
   actor: string;
   actorEmail: string | null;
+  /** Null for a request written before kinds were recorded. */
+  actorKind: ActorKind | null;
   phase: JobPhase;
   state: string | null;
   detail: string | null;
@@ -39,7 +41,7 @@ export interface JobView {
 }
 
 /** Inserts a job request with its queued status and wakes the controllers, in one transaction. */
-export async function createJob(db: Conn, input: { kind: JobKind; params: JobParams; actor: Actor }): Promise<string> {
+export async function createJob(db: Conn, input: { kind: JobKind; params: JobParams; actor: RecordedActor }): Promise<string> {
   const jobId = randomUUID();
   const write = async (tx: Transaction<DB>) => {
     if (input.kind !== 'cancel-job') {
@@ -54,6 +56,7 @@ export async function createJob(db: Conn, input: { kind: JobKind; params: JobPar
         params: JSON.stringify(input.params),
         actor: input.actor.id,
         actor_email: input.actor.email ?? null,
+        actor_kind: input.actor.kind ?? null,
         cancel_requested_by: null,
         cancel_requested_at: null,
       })
@@ -77,10 +80,10 @@ export async function createJob(db: Conn, input: { kind: JobKind; params: JobPar
  * request. It is `running` from the start and never queued: no claim loop takes it, and the
  * self-update reconcilers end it (src/state/self-update.ts).
  */
-export async function insertSelfUpdateJob(tx: Transaction<DB>, jobId: string, actor: Actor): Promise<void> {
+export async function insertSelfUpdateJob(tx: Transaction<DB>, jobId: string, actor: RecordedActor): Promise<void> {
   await tx
     .insertInto('deployment_jobs')
-    .values({ job_id: jobId, kind: 'self-update', params: '{}', actor: actor.id, actor_email: actor.email ?? null, cancel_requested_by: null, cancel_requested_at: null })
+    .values({ job_id: jobId, kind: 'self-update', params: '{}', actor: actor.id, actor_email: actor.email ?? null, actor_kind: actor.kind ?? null, cancel_requested_by: null, cancel_requested_at: null })
     .execute();
   await tx
     .insertInto('deployment_job_status')
@@ -92,12 +95,12 @@ export async function insertSelfUpdateJob(tx: Transaction<DB>, jobId: string, ac
 }
 
 const jobColumns = [
-  'j.job_id', 'j.kind', 'j.params', 'j.actor', 'j.actor_email', 'j.created_at', 'j.cancel_requested_by',
+  'j.job_id', 'j.kind', 'j.params', 'j.actor', 'j.actor_email', 'j.actor_kind', 'j.created_at', 'j.cancel_requested_by',
   's.phase', 's.detail', 's.exit_code', 's.started_at', 's.finished_at', 's.hung_deadline', 's.conditions', 's.snapshot',
 ] as const;
 
 type JobRow = {
-  job_id: string; kind: JobKind; params: unknown; actor: string; actor_email: string | null; created_at: Date;
+  job_id: string; kind: JobKind; params: unknown; actor: string; actor_email: string | null; actor_kind: ActorKind | null; created_at: Date;
   cancel_requested_by: string | null; phase: JobPhase; detail: string | null; exit_code: number | null;
   started_at: Date | null; finished_at: Date | null; hung_deadline: Date | null; conditions: unknown; snapshot: unknown;
 };
@@ -111,6 +114,7 @@ function toView(r: JobRow): JobView {
     params: (r.params ?? {}) as JobParams,
     actor: r.actor,
     actorEmail: r.actor_email,
+    actorKind: r.actor_kind,
     phase: r.phase,
     state: value === undefined ? null : typeof value === 'string' ? value : JSON.stringify(value),
     detail: r.detail,

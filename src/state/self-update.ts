@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Condition, DB, SelfUpdatePhase } from '../db/schema.ts';
-import type { Actor } from '../auth/actor.ts';
+import type { ActorKind, RecordedActor } from '../auth/actor.ts';
 import { conflict } from '../errors.ts';
 import { refuseConflicting } from './exclusion.ts';
 import { finishJob, insertSelfUpdateJob, updateJobStatus } from './jobs.ts';
@@ -26,6 +26,8 @@ export interface SelfUpdateView {
   jobId: string | null;
   actor: string;
   actorEmail: string | null;
+  /** Null for a request written before kinds were recorded. */
+  actorKind: ActorKind | null;
   phase: SelfUpdatePhase;
   state: string | null;
   channel: string | null;
@@ -53,13 +55,13 @@ export interface SelfUpdateView {
 }
 
 const columns = [
-  'r.request_id', 'r.job_id', 'r.actor', 'r.actor_email', 'r.created_at', 's.phase', 's.snapshot', 's.channel', 's.target_tag', 's.target_digest',
+  'r.request_id', 'r.job_id', 'r.actor', 'r.actor_email', 'r.actor_kind', 'r.created_at', 's.phase', 's.snapshot', 's.channel', 's.target_tag', 's.target_digest',
   's.target_image_id', 's.previous_reference', 's.previous_digest', 's.previous_image_id', 's.pre_update_migration', 's.backup_file', 's.staged_compose_sha256', 's.action_id',
   's.helper_container_id', 's.helper_deadline', 's.helper_exit_code', 's.abort_code', 's.detail', 's.updated_at', 's.finished_at',
 ] as const;
 
 type Row = {
-  request_id: string; job_id: string | null; actor: string; actor_email: string | null; created_at: Date; phase: SelfUpdatePhase; snapshot: unknown;
+  request_id: string; job_id: string | null; actor: string; actor_email: string | null; actor_kind: ActorKind | null; created_at: Date; phase: SelfUpdatePhase; snapshot: unknown;
   channel: string | null; target_tag: string | null; target_digest: string | null; target_image_id: string | null;
   previous_reference: string | null; previous_digest: string | null; previous_image_id: string | null; pre_update_migration: string | null; backup_file: string | null; staged_compose_sha256: string | null;
   action_id: string | null; helper_container_id: string | null; helper_deadline: Date | null; helper_exit_code: number | null;
@@ -75,6 +77,7 @@ function toView(r: Row): SelfUpdateView {
     jobId: r.job_id,
     actor: r.actor,
     actorEmail: r.actor_email,
+    actorKind: r.actor_kind,
     phase: r.phase,
     state: value === undefined ? null : typeof value === 'string' ? value : JSON.stringify(value),
     channel: r.channel,
@@ -106,7 +109,7 @@ const base = (db: Conn) => db.selectFrom('self_update_requests as r').innerJoin(
  * Writes a self-update request when no update is in flight and no deployment job is queued or
  * running, and wakes the controller. Throws a 409 AppError otherwise (src/state/exclusion.ts).
  */
-export async function requestSelfUpdate(db: Kysely<DB>, actor: Actor): Promise<string> {
+export async function requestSelfUpdate(db: Kysely<DB>, actor: RecordedActor): Promise<string> {
   const requestId = randomUUID();
   const jobId = randomUUID();
   try {
@@ -114,7 +117,7 @@ export async function requestSelfUpdate(db: Kysely<DB>, actor: Actor): Promise<s
       await refuseConflicting(tx, { kind: 'update' });
       // The update's transcript is a job of its own, written with the request (never queued).
       await insertSelfUpdateJob(tx, jobId, actor);
-      await tx.insertInto('self_update_requests').values({ request_id: requestId, actor: actor.id, actor_email: actor.email ?? null, job_id: jobId }).execute();
+      await tx.insertInto('self_update_requests').values({ request_id: requestId, actor: actor.id, actor_email: actor.email ?? null, actor_kind: actor.kind ?? null, job_id: jobId }).execute();
       await tx.insertInto('self_update_status').values(emptyStatus(requestId)).execute();
       await sql`select pg_notify(${SELF_UPDATE_CHANNEL}, ${requestId})`.execute(tx);
     });

@@ -4,7 +4,7 @@
 // change is the whole action, there is no controller work to wait for.
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { DB, UpdatePolicyMode } from '../db/schema.ts';
-import type { Actor } from '../auth/actor.ts';
+import type { RecordedActor } from '../auth/actor.ts';
 import { auditTrailChanged, recordFinished, recordStarted } from './actions.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
@@ -79,7 +79,7 @@ export const describePolicy = (p: UpdatePolicySpec) =>
  * Replaces the policy (a new generation), records the change in the audit trail and wakes the
  * policy reconciler, in one transaction. Returns the policy as stored.
  */
-export async function putUpdatePolicy(db: Kysely<DB>, wanted: UpdatePolicySpec, actor: Actor): Promise<UpdatePolicyView> {
+export async function putUpdatePolicy(db: Kysely<DB>, wanted: UpdatePolicySpec, actor: RecordedActor): Promise<UpdatePolicyView> {
   const spec: UpdatePolicySpec = { ...wanted, window: { ...wanted.window, days: dayNames(dayNumbers(wanted.window.days)) } };
   await db.transaction().execute(async (tx) => {
     const before = await getUpdatePolicy(tx);
@@ -180,7 +180,7 @@ export async function quarantineDigest(db: Conn, q: { digest: string; outcome: s
 }
 
 /** Lifts the quarantine of `digest` (a person started it by hand). True when it was quarantined. */
-export async function liftQuarantine(db: Conn, digest: string, by: Actor): Promise<boolean> {
+export async function liftQuarantine(db: Conn, digest: string, by: RecordedActor): Promise<boolean> {
   const res = await db
     .updateTable('update_quarantine')
     .set({ lifted_at: new Date(), lifted_by: by.id })

@@ -74,19 +74,20 @@ async function call(method: string, url: string, headers: Record<string, string>
 describe('access matrix from the route table', () => {
   // First: the matrix below starts a self-update, and while one is in flight no job is accepted.
   it('records the right actor for each kind of caller', async () => {
-    const expected: [string, string, string | null][] = [
-      ['operator', 'operator', null],
-      ['admin', 'admin', null],
-      ['service token', 'platform-control-plane', null],
-      ['service token with actor', 'u-1', 'u1@example.com'],
+    const expected: [string, string, string | null, string][] = [
+      ['operator', 'operator', null, 'user'],
+      ['admin', 'admin', null, 'user'],
+      ['service token', 'platform-control-plane', null, 'control-plane'],
+      // A forwarded id never reads as a local user or one of the installer's own actors.
+      ['service token with actor', 'platform:u-1', 'u1@example.com', 'platform-user'],
     ];
     const creds = credentials();
-    for (const [name, actor, email] of expected) {
+    for (const [name, actor, email, kind] of expected) {
       const headers = await creds.find((c) => c.name === name)!.headers();
       const res = await t.app.inject({ method: 'POST', url: '/api/deployment/jobs', headers, payload: { action: 'stop' } });
       expect(res.statusCode, name).toBe(202);
       const row = await t.db.database.db.selectFrom('deployment_jobs').selectAll().where('job_id', '=', res.json().jobId).executeTakeFirstOrThrow();
-      expect([row.actor, row.actor_email], name).toEqual([actor, email]);
+      expect([row.actor, row.actor_email, row.actor_kind], name).toEqual([actor, email, kind]);
     }
   });
 

@@ -128,7 +128,7 @@ describe('audit trail filters', () => {
   it('keeps the shape of every row the same as without filters', async () => {
     const plain = (await list('limit=500')).rows.find((r) => r.detail === 'f2');
     expect((await list('actor=alice&kind=stop')).rows[0]).toEqual(plain);
-    expect(Object.keys(plain!).sort()).toEqual(['actor', 'actorEmail', 'createdAt', 'detail', 'exitCode', 'finishedAt', 'id', 'jobId', 'kind', 'schemaMigration', 'status', 'targetDigest']);
+    expect(Object.keys(plain!).sort()).toEqual(['actor', 'actorEmail', 'actorKind', 'createdAt', 'detail', 'exitCode', 'finishedAt', 'id', 'jobId', 'kind', 'schemaMigration', 'status', 'targetDigest']);
   });
 });
 
@@ -237,7 +237,7 @@ describe('CSV export', () => {
     expect(res.headers['content-type']).toBe('text/csv; charset=utf-8; header=present');
     expect(res.headers['content-disposition']).toMatch(/^attachment; filename="audit-trail-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ\.csv"$/);
     const [header, ...records] = parseCsv(res.body);
-    expect(header).toEqual(['id', 'createdAt', 'finishedAt', 'actor', 'actorEmail', 'kind', 'status', 'exitCode', 'detail', 'jobId', 'targetDigest', 'schemaMigration']);
+    expect(header).toEqual(['id', 'createdAt', 'finishedAt', 'actor', 'actorEmail', 'kind', 'status', 'exitCode', 'detail', 'jobId', 'targetDigest', 'schemaMigration', 'actorKind']);
     const col = (name: string) => header!.indexOf(name);
     expect(records.map((r) => r[col('detail')])).toEqual(['plain text', "'\tcmd", "'-2+3", "'+1", `'=HYPERLINK("http://evil.example","x")`, 'comma, "quote" and\r\nnew line']);
     expect(records.map((r) => r[col('actor')])).toEqual(['csv', 'csv', 'csv', "'@SUM(A1)", 'csv', 'csv']);

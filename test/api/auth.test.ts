@@ -24,7 +24,7 @@ describe('sign-in', () => {
     expect(ttl).toBeGreaterThan(11 * 3600 * 1000);
     expect(ttl).toBeLessThanOrEqual(12 * 3600 * 1000);
     const me = await get('/api/auth/me', { authorization: `Bearer ${body.token}` });
-    expect(me.json()).toEqual({ kind: 'user', username: 'operator', role: 'operator', mustChangePassword: false });
+    expect(me.json()).toEqual({ kind: 'user', username: 'operator', actorKind: 'user', role: 'operator', mustChangePassword: false });
   });
 
   it('refuses a wrong password and an unknown user with the same 401', async () => {
@@ -118,12 +118,12 @@ describe('bearer tokens', () => {
     expect(ok.json().map((u: { username: string }) => u.username).sort()).toEqual(['admin', 'operator', 'viewer']);
   });
 
-  it('accepts the service token and names the forwarded user, or the service actor when none is forwarded', async () => {
+  it('accepts the service token and names the forwarded user (as platform:<id>), or the service actor when none is forwarded', async () => {
     const auth = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}` };
     const forwarded = await get('/api/auth/me', { ...auth, 'x-actor-user-id': 'u-42', 'x-actor-email': 'ops@example.com' });
-    expect(forwarded.json()).toEqual({ kind: 'service', username: 'u-42', role: 'operator' });
+    expect(forwarded.json()).toEqual({ kind: 'service', username: 'platform:u-42', actorKind: 'platform-user', role: 'operator' });
     const bare = await get('/api/auth/me', auth);
-    expect(bare.json()).toEqual({ kind: 'service', username: 'platform-control-plane', role: 'operator' });
+    expect(bare.json()).toEqual({ kind: 'service', username: 'platform-control-plane', actorKind: 'control-plane', role: 'operator' });
     const bad = await get('/api/auth/me', { ...auth, 'x-actor-user-id': 'a\u0007b' });
     expect(bad.statusCode).toBe(400);
     expect(bad.json().message).toContain('x-actor-user-id');

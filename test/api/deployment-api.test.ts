@@ -48,7 +48,7 @@ describe('POST /api/deployment/jobs', () => {
     expect(job.json()).toMatchObject({ kind: 'restart', services: ['web'], actor: 'operator', phase: 'queued' });
   });
 
-  it('attributes a service-token request to the forwarded user', async () => {
+  it('attributes a service-token request to the forwarded user, as platform:<id>', async () => {
     const res = await t.app.inject({
       method: 'POST', url: '/api/deployment/jobs',
       headers: { authorization: `Bearer ${t.wired.deps.serviceTokens()[0]}`, 'x-actor-user-id': 'user-77', 'x-actor-email': 'u77@example.com' },
@@ -56,7 +56,7 @@ describe('POST /api/deployment/jobs', () => {
     });
     expect(res.statusCode).toBe(202);
     const row = await t.db.database.db.selectFrom('deployment_jobs').selectAll().where('job_id', '=', res.json().jobId).executeTakeFirstOrThrow();
-    expect([row.actor, row.actor_email]).toEqual(['user-77', 'u77@example.com']);
+    expect([row.actor, row.actor_email, row.actor_kind]).toEqual(['platform:user-77', 'u77@example.com', 'platform-user']);
   });
 });
 

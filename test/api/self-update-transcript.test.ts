@@ -70,7 +70,7 @@ describe('the self-update transcript', () => {
     expect(jobId).toMatch(/^[0-9a-f-]{36}$/);
     // Before the restart the transcript holds preflight and the helper's start, and is not finished.
     const job = await getJob(db.database.db, jobId);
-    expect(job).toMatchObject({ kind: 'self-update', phase: 'running', actor: 'amy' });
+    expect(job).toMatchObject({ kind: 'self-update', phase: 'running', actor: 'platform:amy' });
     await first.close({ drop: false });
     first = undefined;
     const [r] = await listSelfUpdates(db.database.db);

@@ -137,7 +137,7 @@ describe('POST /api/system/self-update', () => {
     const rows = await audit(t);
     expect(rows).toHaveLength(1);
     expect(rows[0]).toMatchObject({
-      kind: 'self-update', status: 'started', actor: 'amy', actor_email: 'amy@example.com', target_digest: 'sha256:new',
+      kind: 'self-update', status: 'started', actor: 'platform:amy', actor_email: 'amy@example.com', actor_kind: 'platform-user', target_digest: 'sha256:new',
       schema_migration: await currentMigration(t.db.database.db),
     });
     expect(rows[0]!.schema_migration).toBe(LATEST_MIGRATION);

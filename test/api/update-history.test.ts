@@ -95,7 +95,7 @@ describe('the downtime of an update, measured by the installer', () => {
     expect(expected).toBeGreaterThanOrEqual(150);
     expect(entry).toMatchObject({
       requestId,
-      actor: { id: 'amy', email: 'amy@example.com' },
+      actor: { id: 'platform:amy', email: 'amy@example.com' },
       from: { reference: `${REPO}:dev-41`, digest: 'sha256:old' },
       to: { tag: 'dev-latest', digest: 'sha256:new' },
       outcome: 'completed',

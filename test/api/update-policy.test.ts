@@ -98,10 +98,10 @@ describe('GET and PUT /api/system/update-policy', () => {
     const byService = await put(t, { mode: 'notify' }, service);
     expect(byService.statusCode, byService.body).toBe(200);
     // The window is kept when left out.
-    expect(byService.json()).toMatchObject({ mode: 'notify', window: { days: ['mon', 'wed'], startHour: 2, endHour: 4 }, generation: 3, updatedBy: 'amy' });
+    expect(byService.json()).toMatchObject({ mode: 'notify', window: { days: ['mon', 'wed'], startHour: 2, endHour: 4 }, generation: 3, updatedBy: 'platform:amy' });
     expect(await policyAudit(t)).toMatchObject([
       { actor: 'admin', status: 'completed', detail: 'update policy: auto, mon,wed 02:00-04:00 UTC (was manual)' },
-      { actor: 'amy', actor_email: 'amy@example.com', status: 'completed', detail: 'update policy: notify (was auto, mon,wed 02:00-04:00 UTC)' },
+      { actor: 'platform:amy', actor_email: 'amy@example.com', actor_kind: 'platform-user', status: 'completed', detail: 'update policy: notify (was auto, mon,wed 02:00-04:00 UTC)' },
     ]);
     // The audit trail's kind filter knows the new kind.
     const trail = await t.app.inject({ method: 'GET', url: '/api/deployment/actions?kind=update-policy', headers: service });
@@ -137,7 +137,7 @@ describe('the policy reconciler', () => {
     expect(first).toMatchObject({ actor: 'update-policy', targetDigest: 'sha256:new' });
     expect((await policy(a)).status.lastAttempt).toMatchObject({ digest: 'sha256:new', requestId: first!.requestId });
     const audit = await a.db.database.db.selectFrom('deployment_actions').selectAll().where('kind', '=', 'self-update').execute();
-    expect(audit).toMatchObject([{ actor: 'update-policy', target_digest: 'sha256:new' }]);
+    expect(audit).toMatchObject([{ actor: 'update-policy', actor_kind: 'system', target_digest: 'sha256:new' }]);
 
     // While it is in flight, every wake finds it busy: still exactly one request.
     await Promise.all([a.wired.controllers.reconcilePolicy(), a.wired.controllers.reconcilePolicy()]);
@@ -166,8 +166,8 @@ describe('the policy reconciler', () => {
     expect(manual.statusCode, manual.body).toBe(200);
     expect(manual.json()).toMatchObject({ started: true, targetDigest: 'sha256:new' });
     expect(await quarantine(a)).toEqual([]);
-    expect(await quarantine(a, true)).toMatchObject([{ digest: 'sha256:new', outcome: 'rolled-back', liftedBy: 'amy' }]);
-    expect((await requests(a)).map((r) => r.actor)).toEqual(['amy', 'update-policy']);
+    expect(await quarantine(a, true)).toMatchObject([{ digest: 'sha256:new', outcome: 'rolled-back', liftedBy: 'platform:amy' }]);
+    expect((await requests(a)).map((r) => r.actor)).toEqual(['platform:amy', 'update-policy']);
 
     // It rolls back again: quarantined again, and again the policy leaves it alone.
     a.engine.helpers[0]!.finish(rolledBackExit);

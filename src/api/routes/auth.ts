@@ -13,6 +13,7 @@ import { countAttempt, giveBack, pruneCounters, type CountedAttempt, type Counte
 import { clientKey, cookieValue, deviceCookieName, DeviceTokens, type Device } from '../../auth/sign-in.ts';
 import { AppError, badRequest, forbidden, unauthenticated } from '../../errors.ts';
 import { ROLES } from '../../db/schema.ts';
+import { ACTOR_KINDS } from '../../contracts/audit.ts';
 import { newPasswordSchema } from './users.ts';
 
 const loginBody = z.object({
@@ -24,7 +25,9 @@ const loginBody = z.object({
 
 const principalSchema = z.object({
   kind: z.enum(['user', 'service']),
+  /** The name audit rows record for this caller: a person the control plane forwards reads `platform:<id>`. */
   username: z.string(),
+  actorKind: z.enum(ACTOR_KINDS).describe('Who vouches for the caller: a local user, a person the control plane forwarded, or the control plane itself'),
   role: z.enum(ROLES as [string, ...string[]]),
   /** Users only: they must choose a new password before anything else. */
   mustChangePassword: z.boolean().optional(),
@@ -183,9 +186,10 @@ export const authRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req) => {
       const p = req.principal!;
+      const actor = req.actor();
       return p.kind === 'user'
-        ? { kind: 'user' as const, username: p.username, role: p.role, mustChangePassword: p.mustChangePassword ?? false }
-        : { kind: 'service' as const, username: req.actor().id, role: p.role };
+        ? { kind: 'user' as const, username: p.username, actorKind: actor.kind, role: p.role, mustChangePassword: p.mustChangePassword ?? false }
+        : { kind: 'service' as const, username: actor.id, actorKind: actor.kind, role: p.role };
     },
   );
 

@@ -8,7 +8,7 @@ import { ageFields, freshness } from '../observed-reads.ts';
 import { ageOf, readFresh } from '../../state/observed.ts';
 import { createJob, getJob, lastJobEnd, listJobs, requestCancel, type JobView } from '../../state/jobs.ts';
 import { actionExists, AuditTrailPages, listActionsPage, type ActionFilter, type ActionRow } from '../../state/actions.ts';
-import { ACTION_KINDS, ACTION_STATUSES, type ActionKind, type ActionStatus } from '../../contracts/audit.ts';
+import { ACTION_KINDS, ACTION_STATUSES, ACTOR_KINDS, type ActionKind, type ActionStatus, type ActorKind } from '../../contracts/audit.ts';
 import { parseInstant } from './logs.ts';
 import { csvLine } from '../csv.ts';
 import type { JobEventRecord } from '../../state/job-events.ts';
@@ -68,7 +68,9 @@ const limitQuery = limitParam(ACTIONS_LIMIT, 'Rows');
 const actionList = z.array(
   z.object({
     id: z.string(), kind: z.string(), status: z.string(), exitCode: z.number().nullable(), actor: z.string(),
-    actorEmail: z.string().nullable(), detail: z.string().nullable(), targetDigest: z.string().nullable(),
+    actorEmail: z.string().nullable(),
+    actorKind: z.enum(ACTOR_KINDS).nullable().describe('Who vouched for the actor: a local user, a person the control plane forwarded (actor `platform:<id>`), the control plane itself, or the installer; null on rows written before kinds were recorded'),
+    detail: z.string().nullable(), targetDigest: z.string().nullable(),
     schemaMigration: z.string().nullable(), jobId: z.string().nullable(), createdAt: z.string(), finishedAt: z.string().nullable(),
   }),
 ) satisfies z.ZodType<ActionView[]>;
@@ -76,6 +78,7 @@ const actionList = z.array(
 // Filters and the cursor of the audit trail (docs/adr/0021-audit-filters-and-export.md). Kinds are
 // one parameter, a comma list: a repeated parameter is refused like every other one.
 const KIND_LIST = new RegExp(`^(${ACTION_KINDS.join('|')})(,(${ACTION_KINDS.join('|')}))*$`);
+const ACTOR_KIND_LIST = new RegExp(`^(${ACTOR_KINDS.join('|')})(,(${ACTOR_KINDS.join('|')}))*$`);
 const BIGINT_MAX = 2n ** 63n - 1n;
 const isoParam = (what: string) =>
   z
@@ -88,7 +91,12 @@ const actionFilters = {
     .string()
     .regex(/^[^\p{Cc}]{1,200}$/u, 'must be 1-200 characters without control characters')
     .optional()
-    .describe('Only rows of this actor (exact match)'),
+    .describe('Only rows of this actor (exact match; a person the control plane forwarded is `platform:<id>`)'),
+  actorKind: z
+    .string()
+    .regex(ACTOR_KIND_LIST, `must be one or more of ${ACTOR_KINDS.join(', ')}, separated by commas`)
+    .optional()
+    .describe(`Only rows whose actor is of these kinds, a comma list (${ACTOR_KINDS.join(', ')})`),
   kind: z
     .string()
     .regex(KIND_LIST, `must be one or more of ${ACTION_KINDS.join(', ')}, separated by commas`)
@@ -122,6 +130,7 @@ function filterOf(q: FilterQuery): ActionFilter {
   return {
     ...(q.actor !== undefined ? { actor: q.actor } : {}),
     ...(q.kind !== undefined ? { kinds: [...new Set(q.kind.split(','))] as ActionKind[] } : {}),
+    ...(q.actorKind !== undefined ? { actorKinds: [...new Set(q.actorKind.split(','))] as ActorKind[] } : {}),
     ...(q.status !== undefined ? { status: q.status as ActionStatus } : {}),
     ...(since !== undefined ? { since: instantLiteral(since, 'up') } : {}),
     ...(until !== undefined ? { until: instantLiteral(until, 'down') } : {}),
@@ -134,12 +143,14 @@ const filtered = (q: FilterQuery) => Object.keys(actionFilters).some((k) => q[k 
 function nextLink(q: FilterQuery & { limit: number }, before: string | null): string | null {
   if (before === null) return null;
   const params = new URLSearchParams({ limit: String(q.limit) });
-  for (const k of ['actor', 'kind', 'status', 'since', 'until'] as const) if (q[k] !== undefined) params.set(k, q[k]);
+  for (const k of ['actor', 'actorKind', 'kind', 'status', 'since', 'until'] as const) if (q[k] !== undefined) params.set(k, q[k]);
   params.set('before', before);
   return `</api/deployment/actions?${params.toString()}>; rel="next"`;
 }
 
-const CSV_COLUMNS = ['id', 'createdAt', 'finishedAt', 'actor', 'actorEmail', 'kind', 'status', 'exitCode', 'detail', 'jobId', 'targetDigest', 'schemaMigration'] as const;
+// The actor's kind is the last column: it came after the others, and a program reading the file
+// by position keeps finding every earlier column where it was.
+const CSV_COLUMNS = ['id', 'createdAt', 'finishedAt', 'actor', 'actorEmail', 'kind', 'status', 'exitCode', 'detail', 'jobId', 'targetDigest', 'schemaMigration', 'actorKind'] as const;
 /** Rows per query of an export: each is a short keyset read, so an export holds no connection while the client reads. */
 const CSV_BATCH = 1000;
 const csvRow = (r: ActionRow) => csvLine(CSV_COLUMNS.map((c) => (c === 'id' ? String(r.id) : r[c])));
