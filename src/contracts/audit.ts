@@ -5,6 +5,7 @@
 
 export const ACTION_KINDS = [
   'restart', 'stop', 'kill', 'pull', 'compose-up', 'deploy', 'apply-config', 'migrate-host', 'cancel-job', 'self-update', 'webhook', 'update-policy',
+  'config-reveal',
 ] as const;
 export type ActionKind = (typeof ACTION_KINDS)[number];
 

@@ -4,6 +4,8 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
 import type { Kysely, Transaction } from 'kysely';
 import type { DB } from '../db/schema.ts';
+import type { Actor } from '../auth/actor.ts';
+import { recordCompleted } from './actions.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
@@ -76,4 +78,12 @@ export async function clearConfigChanges(db: Conn, applied: readonly ConfigChang
     q = c.sealed === null ? q.where('remove', '=', true) : q.where('value_encrypted', '=', c.sealed);
     await q.execute();
   }
+}
+
+/**
+ * An admin saw one value of the platform's configuration: an audit row (`config-reveal`) naming the
+ * key and whether the value was a pending change, never the value.
+ */
+export async function recordConfigReveal(db: Conn, key: string, pending: boolean, actor: Actor): Promise<void> {
+  await recordCompleted(db, { kind: 'config-reveal', actor, detail: `revealed the value of ${key}${pending ? ' (a pending change)' : ''}` });
 }

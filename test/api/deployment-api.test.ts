@@ -61,13 +61,14 @@ describe('POST /api/deployment/jobs', () => {
 });
 
 describe('platform configuration', () => {
-  it('masks secret-looking values', async () => {
+  it('masks every value, secret-looking or not', async () => {
     const res = await t.app.inject({ method: 'GET', url: '/api/deployment/config', headers: await as('viewer') });
     expect(res.json().entries).toEqual([
       { key: 'DB_PASSWORD', value: '********', secret: true, pending: false },
-      { key: 'OWNER', value: 'alice', secret: false, pending: false },
+      { key: 'OWNER', value: '********', secret: false, pending: false },
     ]);
     expect(res.body).not.toContain('hunter2');
+    expect(res.body).not.toContain('alice');
   });
 
   it('rejects newlines, bad keys, empty and contradictory changes; viewers may not change it', async () => {

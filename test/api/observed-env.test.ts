@@ -28,10 +28,17 @@ const config = async () => {
   expect(res.statusCode, res.body).toBe(200);
   return new Map((res.json() as { entries: { key: string; value: string | null }[] }).entries.map((e) => [e.key, e.value]));
 };
+/** A value in clear: every value is masked in the list, and an admin reveals one at a time. */
+const revealed = async (key: string) => {
+  const res = await t.app.inject({ method: 'POST', url: `/api/deployment/config/${key}/reveal`, headers: { authorization: `Bearer ${await t.token('admin')}` } });
+  expect(res.statusCode, res.body).toBe(200);
+  return (res.json() as { value: string | null }).value;
+};
 
 describe('the platform .env as observed state', () => {
   it('answers from the row, which holds the values sealed and only the key names in clear', async () => {
-    expect((await config()).get('PLAIN')).toBe('one');
+    expect((await config()).get('PLAIN')).toBe('********');
+    expect(await revealed('PLAIN')).toBe('one');
     const row = await t.db.database.db.selectFrom('observed_state').select(['data', 'conditions']).where('key', '=', 'platformEnv').executeTakeFirstOrThrow();
     const stored = JSON.stringify(row.data);
     expect(stored).not.toContain(SECRET);
@@ -46,6 +53,7 @@ describe('the platform .env as observed state', () => {
     // A job (which may have written the file) ends after the row was observed: the read is fresh.
     const jobId = await createJob(t.db.database.db, { kind: 'apply-config', params: {}, actor: { id: 'ops' } });
     await finishJob(t.db.database.db, jobId, { phase: 'completed', detail: null, exitCode: 0 });
-    expect((await config()).get('PLAIN')).toBe('two');
+    expect((await config()).get('PLAIN')).toBe('********');
+    expect(await revealed('PLAIN')).toBe('two');
   });
 });

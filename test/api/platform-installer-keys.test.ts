@@ -23,7 +23,7 @@ describe("the installer's keys in the platform .env", () => {
     const res = await t.app.inject({ method: 'GET', url: '/api/deployment/config', headers: await as('viewer') });
     expect(res.statusCode).toBe(200);
     expect(res.json().entries).toEqual([
-      { key: 'OWNER', value: 'alice', secret: false, pending: false },
+      { key: 'OWNER', value: '********', secret: false, pending: false },
       { key: 'INSTALLER_URL', value: '********', secret: true, pending: false },
       { key: 'INSTALLER_SERVICE_TOKEN', value: '********', secret: true, pending: false },
     ]);
