@@ -1,6 +1,7 @@
 // The audit page in real headless Chromium against the real backend: an auditor filters by actor,
 // kind, status and time; walks past the page size with "Load older" while rows are added, losing
-// and repeating nothing; and exports the filtered selection as CSV with the bearer token.
+// and repeating nothing; exports the filtered selection as CSV with the bearer token; and sees
+// who vouched for each actor (its kind), in the rows and in the header.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import { sql } from 'kysely';
@@ -8,6 +9,7 @@ import type { Browser, Page } from 'playwright-core';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { ensureUiBuilt, launchChromium, newPage, shoot, useToken } from '../helpers/e2e/ui.ts';
 import { recordStarted } from '../../src/state/actions.ts';
+import { POLICY_ACTOR } from '../../src/auth/actor.ts';
 
 let t: TestApp;
 let base: string;
@@ -145,7 +147,7 @@ describe('audit page', () => {
       expect(download.suggestedFilename()).toMatch(/^audit-trail-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ\.csv$/);
       const text = readFileSync((await download.path())!, 'utf8');
       const lines = text.split('\r\n');
-      expect(lines[0]).toBe('id,createdAt,finishedAt,actor,actorEmail,kind,status,exitCode,detail,jobId,targetDigest,schemaMigration');
+      expect(lines[0]).toBe('id,createdAt,finishedAt,actor,actorEmail,kind,status,exitCode,detail,jobId,targetDigest,schemaMigration,actorKind');
       expect(lines.at(-1)).toBe(''); // every record ends with CRLF
       const records = lines.slice(1, -1);
       expect(records.map((l) => l.split(',')[0])).toEqual(expected); // all of them, more than a page
@@ -153,6 +155,35 @@ describe('audit page', () => {
       // Row 8 (a pull) carries a formula: exported as text, quoted for its quotes.
       expect(records.find((l) => l.includes('calc'))).toMatch(/,"'=cmd\|""\/c calc""!A1",/);
       await poll(() => page.getByTestId('csv-done').textContent()).toMatch(/^Exported audit-trail-.*\.csv \(\d+ bytes\)\.$/);
+    } finally {
+      await context.close();
+    }
+  });
+
+  it('shows who vouched for each actor, filters by it, and names the signed-in kind in the header', async () => {
+    const db = t.db.database.db;
+    await recordStarted(db, { kind: 'restart', actor: { id: 'admin', kind: 'user' }, detail: 'kinds: local' });
+    await recordStarted(db, { kind: 'restart', actor: { id: 'platform:admin', kind: 'platform-user' }, detail: 'kinds: forwarded' });
+    await recordStarted(db, { kind: 'restart', actor: { id: 'platform-control-plane', kind: 'control-plane' }, detail: 'kinds: control plane' });
+    await recordStarted(db, { kind: 'self-update', actor: POLICY_ACTOR, detail: 'kinds: policy' });
+    const { context, page } = await newPage(browser);
+    try {
+      await useToken(context, await t.token('viewer'));
+      await page.goto(`${base}/audit`);
+      await poll(() => page.getByTestId('user-kind').textContent()).toBe('local user');
+      const actorCell = (detail: string) => page.locator('tbody tr', { hasText: detail }).locator('td').nth(1);
+      await poll(() => actorCell('kinds: forwarded').textContent()).toBe('platform:adminvia control plane');
+      expect(await actorCell('kinds: local').textContent()).toBe('adminlocal user');
+      expect(await actorCell('kinds: control plane').textContent()).toBe('platform-control-planecontrol plane');
+      expect(await actorCell('kinds: policy').textContent()).toBe('update-policysystem');
+      // Rows from before kinds were kept show the actor alone.
+      expect(await page.locator('tbody tr', { hasText: 'between 0' }).locator('td').nth(1).textContent()).toBe('between');
+
+      const form = page.getByTestId('audit-filters');
+      await form.getByLabel('Origin').selectOption('platform-user');
+      await form.getByRole('button', { name: 'Apply' }).click();
+      await poll(async () => (await shown(page)).map((r) => r[2])).toEqual(['platform:adminvia control plane']);
+      await shoot(page, 'audit-actor-kinds');
     } finally {
       await context.close();
     }

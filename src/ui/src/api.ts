@@ -1,6 +1,7 @@
 // The API client: the bearer token lives in sessionStorage (gone when the tab closes); a 401 from
 // any call clears it and sends the user to sign-in.
 import type { ContainerView as Container } from '../../contracts/ports.ts';
+import type { ActorKind } from '../../contracts/audit.ts';
 
 export type Role = 'viewer' | 'operator' | 'admin';
 const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
@@ -8,6 +9,8 @@ const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
 export interface Me {
   kind: 'user' | 'service';
   username: string;
+  /** Who vouches for the caller; audit rows record the same kind. */
+  actorKind?: ActorKind;
   role: Role;
   /** A user whose password someone else chose must choose their own before anything else. */
   mustChangePassword?: boolean;

@@ -4,6 +4,7 @@ import { useContext, useEffect, useState } from 'preact/hooks';
 import { api, ApiError, hasRole, onUnauthorized, session, signOut as signOutOnServer, type Me, type SelfUpdateCheck, type StartedUpdate } from './api.ts';
 import { Link, match, navigate, useLocation, usePageChange } from './router.tsx';
 import { UpdateChecker } from './update.ts';
+import { ACTOR_KIND_LABEL } from './format.ts';
 import { RestartOverlay, UpdatePill } from './components/update.tsx';
 import { LoginPage } from './pages/login.tsx';
 import { StatusPage } from './pages/status.tsx';
@@ -155,6 +156,11 @@ function SignedIn(props: { me: Me; onMe: (me: Me) => void; onSignOut: () => void
           <UpdatePill check={check} onStarted={setUpdating} />
           <span class="user" data-testid="user">
             {me.username} <span class="role">{me.role}</span>
+            {me.actorKind && (
+              <span class="actor-kind" data-testid="user-kind" title={ACTOR_KIND_LABEL[me.actorKind].title}>
+                {ACTOR_KIND_LABEL[me.actorKind].label}
+              </span>
+            )}
           </span>
           {me.kind === 'user' && (
             <Link href="/password" class={`btn ghost${loc.path === '/password' ? ' active' : ''}`} title="Change your password">

@@ -1,4 +1,13 @@
 // Display helpers.
+import type { ActorKind } from '../../contracts/audit.ts';
+
+/** Who vouched for an actor, as the audit page and the header say it (null: a row from before kinds were kept). */
+export const ACTOR_KIND_LABEL: Record<ActorKind, { label: string; title: string }> = {
+  user: { label: 'local user', title: 'A user of this installer, signed in with a password' },
+  'platform-user': { label: 'via control plane', title: "A person the platform's control plane vouched for (its id as the control plane sent it, after platform:)" },
+  'control-plane': { label: 'control plane', title: "The platform's control plane itself (the service token, no person named)" },
+  system: { label: 'system', title: 'The installer on its own: boot reconciliation, the update policy, the command line' },
+};
 export function time(iso: string | null | undefined): string {
   if (!iso) return '—';
   const d = new Date(iso);

@@ -4,23 +4,24 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, download, hasRole, request, type Action } from '../api.ts';
 import { useApp } from '../app.tsx';
-import { time } from '../format.ts';
+import { ACTOR_KIND_LABEL, time } from '../format.ts';
 import { Link } from '../router.tsx';
 import { Badge, ErrorBox, Notice, TableScroll, usePoll } from '../components/common.tsx';
-import { ACTION_KINDS, ACTION_STATUSES } from '../../../contracts/audit.ts';
+import { ACTION_KINDS, ACTION_STATUSES, ACTOR_KINDS } from '../../../contracts/audit.ts';
 
 const KINDS = ACTION_KINDS;
 const STATUSES = ACTION_STATUSES;
 
 interface Filters {
   actor: string;
+  actorKind: string;
   kind: string;
   status: string;
   /** datetime-local values, read as UTC (as on the logs page). */
   from: string;
   to: string;
 }
-const NO_FILTERS: Filters = { actor: '', kind: '', status: '', from: '', to: '' };
+const NO_FILTERS: Filters = { actor: '', actorKind: '', kind: '', status: '', from: '', to: '' };
 
 /** A datetime-local value as UTC; `end`: the last microsecond of the second it names, so "to" includes it. */
 function utcIso(local: string, end = false): string | undefined {
@@ -31,6 +32,7 @@ function utcIso(local: string, end = false): string | undefined {
 function filterQuery(f: Filters): URLSearchParams {
   const q = new URLSearchParams();
   if (f.actor.trim()) q.set('actor', f.actor.trim());
+  if (f.actorKind) q.set('actorKind', f.actorKind);
   if (f.kind) q.set('kind', f.kind);
   if (f.status) q.set('status', f.status);
   const since = utcIso(f.from);
@@ -167,6 +169,17 @@ export function AuditPage() {
           Actor
           <input name="actor" value={draft.actor} placeholder="any" maxLength={200} onInput={set('actor')} />
         </label>
+        <label title="Who vouched for the actor: a local user, a person the control plane forwarded, the control plane itself, or the installer">
+          Origin
+          <select name="actorKind" value={draft.actorKind} onChange={set('actorKind')}>
+            <option value="">any</option>
+            {ACTOR_KINDS.map((k) => (
+              <option key={k} value={k}>
+                {ACTOR_KIND_LABEL[k].label}
+              </option>
+            ))}
+          </select>
+        </label>
         <label>
           Kind
           <select name="kind" value={draft.kind} onChange={set('kind')}>
@@ -236,7 +249,15 @@ export function AuditPage() {
               {rows.map((a) => (
                 <tr key={a.id} data-id={a.id} data-kind={a.kind}>
                   <td title={a.finishedAt ? `finished ${time(a.finishedAt)}` : 'not finished'}>{time(a.createdAt)}</td>
-                  <td title={a.actorEmail ?? ''}>{a.actor}</td>
+                  <td title={a.actorEmail ?? ''} data-actor-kind={a.actorKind ?? ''}>
+                    {a.actor}
+                    {/* A row from before kinds were kept shows its actor alone: who vouched is not known. */}
+                    {a.actorKind && (
+                      <span class="actor-kind" title={ACTOR_KIND_LABEL[a.actorKind].title}>
+                        {ACTOR_KIND_LABEL[a.actorKind].label}
+                      </span>
+                    )}
+                  </td>
                   <td>{a.jobId ? <Link href={`/jobs/${a.jobId}`}>{a.kind}</Link> : a.kind}</td>
                   <td>
                     <Badge value={a.status} />
