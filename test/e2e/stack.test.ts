@@ -292,7 +292,7 @@ describe('the production stack deployed as docs/deploy.md says, and a platform c
       const rows = (await (await fetch(`${stack!.baseUrl}/api/deployment/actions?limit=20`, { headers: { authorization: `Bearer ${admin}` } })).json()) as { jobId: string | null; kind: string; status: string; actor: string; actorEmail: string | null }[];
       return rows.find((r) => r.jobId === jobId && r.status !== 'started');
     }, 'the restart requested by the control plane to finish', 120_000, 500);
-    expect(row).toMatchObject({ kind: 'restart', status: 'completed', actor: 'user-4711', actorEmail: 'u4711@example.com' });
+    expect(row).toMatchObject({ kind: 'restart', status: 'completed', actor: 'platform:user-4711', actorEmail: 'u4711@example.com', actorKind: 'platform-user' });
 
     const token = (await docker(['exec', 'installer-backend', 'cat', '/var/lib/installer/secrets/service-token'])).trim();
     expect(readFileSync(path.join(platformDir, '.env'), 'utf8')).toContain(`INSTALLER_SERVICE_TOKEN=${token}`);
