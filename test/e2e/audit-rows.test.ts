@@ -144,6 +144,8 @@ describe('the audit row of every job kind', () => {
     const ok = await runJob(t, 'restart', ['worker']);
     expect(ok.finished).toMatchObject({ outcome: 'completed', exitCode: 0 });
     expect(await row(ok.jobId)).toEqual(['restart', 'completed', 0, 'operator', 'services: worker']);
+    // The controller records the kind of actor the request was made by (a local user here).
+    expect((await t.db.database.db.selectFrom('deployment_actions').select('actor_kind').where('job_id', '=', ok.jobId).executeTakeFirstOrThrow()).actor_kind).toBe('user');
     const bad = await failingJob('restart', ['worker'], 'POST', 'containers/[^/]+/restart');
     const code = expectComposeFailure(bad.finished);
     expect(await row(bad.jobId)).toEqual(['restart', 'failed', code, 'operator', `restart exited with code ${code}`]);
