@@ -380,7 +380,7 @@ describe('kill -9 of the backend in every state of the job chart', () => {
       releaseTemplates();
       await hd.waiting(/update "deployment_actions"/);
       await crashAndRestart();
-      await expectConverged(id, { phase: 'failed', state: 'failed', detail: /^downloading http:\/\/127\.0\.0\.1:\d+\/docker-compose\.yml failed: HTTP 404$/ });
+      await expectConverged(id, { phase: 'failed', state: 'failed', detail: /^fetching the template docker-compose\.yml from http:\/\/127\.0\.0\.1:\d+\/docker-compose\.yml failed: HTTP 404$/ });
     } finally {
       templateHold.failWith = null;
     }
