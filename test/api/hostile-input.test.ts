@@ -560,7 +560,7 @@ describe('hostile input, generated from the route table and the route schemas', 
     // and the API document's own files (its viewer's static route is in the table when it is
     // served; the document generator reads its package.json once).
     const resolve = createRequire(import.meta.url).resolve;
-    const docsFiles = [path.join(path.dirname(resolve('@fastify/swagger-ui/package.json')), 'static'), resolve('@fastify/swagger/package.json')];
+    const docsFiles = [DOCS_STATIC, resolve('@fastify/swagger/package.json')];
     const allowed = [t.settings.DATA_DIR, dirs.platform, dirs.ui, ...docsFiles, path.resolve(t.settings.INSTALLER_WORK_DIR, t.settings.INSTALLER_COMPOSE_FILE), '/proc/self'];
     const outside = [...new Set(guard.files)].filter((f) => !allowed.some((d) => inside(f, d)));
     expect(outside).toEqual([]);
