@@ -216,15 +216,27 @@ describe('operator UI', () => {
       await page.goto(`${base}/audit`);
       const rows = page.getByTestId('audit').locator('tbody tr');
       await rows.first().waitFor();
-      const cells = await rows.evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent ?? '')));
+      // Each cell's text; the actor's without the label of its kind, which is read apart.
+      const cells = await rows.evaluateAll((trs) =>
+        trs.map((tr) =>
+          [...tr.querySelectorAll('td')].map((td) => {
+            const text = td.textContent ?? '';
+            const label = td.querySelector('.actor-kind')?.textContent ?? '';
+            return label && text.endsWith(label) ? text.slice(0, -label.length) : text;
+          }),
+        ),
+      );
+      const kinds = await rows.evaluateAll((trs) => trs.map((tr) => tr.querySelector('td[data-actor-kind]')?.getAttribute('data-actor-kind') ?? null));
       const api = (await (await fetch(`${base}/api/deployment/actions`, { headers: { authorization: `Bearer ${await t.token('viewer')}` } })).json()) as {
         kind: string;
         actor: string;
+        actorKind: string | null;
         status: string;
         createdAt: string;
       }[];
       expect(cells.length).toBe(api.length);
       expect(cells[0]!.slice(1, 4)).toEqual([api[0]!.actor, api[0]!.kind, api[0]!.status]);
+      expect(kinds).toEqual(api.map((a) => a.actorKind ?? ''));
       expect(cells.some((c) => c[2] === 'restart' && c[3] === 'completed' && c[1] === 'operator' && c[4] === '0')).toBe(true);
       const times = cells.map((c) => c[0]!);
       expect([...times].sort().reverse()).toEqual(times);
