@@ -116,7 +116,7 @@ describe('secrets seeded with known values', () => {
     expect(cancel.status, await cancel.clone().text()).toBeLessThan(300);
     const pullEvents = await waitFinished(pullId);
     expect(pullEvents.at(-1)?.event).toBe('finished');
-    expect(pullEvents.at(-1)?.data.detail).toBe('cancelled by [REDACTED]');
+    expect(pullEvents.at(-1)?.data.detail).toBe('cancelled by platform:[REDACTED]');
 
     // 3. Secrets in a URL and a sign-in attempt: both reach the request log.
     await (await fetch(`${base}/api/nothing-here?a=${SECRETS.JWT_SECRET}&b=${SECRETS.SERVICE_TOKEN}`)).arrayBuffer();
