@@ -158,7 +158,10 @@ export interface UserView {
 
 type Db = Kysely<DB> | Transaction<DB>;
 
-function view(u: User): UserView {
+/** The columns a user's standing is read from: what the token check needs of the row. */
+type StandingColumns = Pick<User, 'id' | 'username' | 'role' | 'disabled_at' | 'must_change_password' | 'token_generation'>;
+
+function standingOf(u: StandingColumns) {
   return {
     id: u.id,
     username: u.username,
@@ -166,9 +169,11 @@ function view(u: User): UserView {
     disabled: u.disabled_at !== null,
     mustChangePassword: u.must_change_password,
     tokenGeneration: u.token_generation,
-    createdAt: new Date(u.created_at),
-    updatedAt: new Date(u.updated_at),
   };
+}
+
+function view(u: User): UserView {
+  return { ...standingOf(u), createdAt: new Date(u.created_at), updatedAt: new Date(u.updated_at) };
 }
 
 export async function userViews(db: Db, username?: string): Promise<UserView[]> {
@@ -305,15 +310,7 @@ export async function userStandings(db: Db, username?: string): Promise<UserStan
     if (!set) byUser.set(r.user_id, (set = new Set()));
     set.add(r.jti);
   }
-  return rows.map((u) => ({
-    id: u.id,
-    username: u.username,
-    role: u.role,
-    disabled: u.disabled_at !== null,
-    mustChangePassword: u.must_change_password,
-    tokenGeneration: u.token_generation,
-    revokedTokens: byUser.get(u.id) ?? new Set<string>(),
-  }));
+  return rows.map((u) => ({ ...standingOf(u), revokedTokens: byUser.get(u.id) ?? new Set<string>() }));
 }
 
 /**
