@@ -236,9 +236,10 @@ describe('a disabled user', () => {
     // Both ran the password hash: neither is much faster than the other.
     const median = (xs: Answer[]) => xs.map((x) => x.ms).sort((p, q) => p - q)[2]!;
     const ratio = median(right) / median(wrong);
-    // (An answer that skipped the hash would take a few ms against hundreds: a ratio near 0.01.)
-    expect(ratio, `right ${median(right).toFixed(0)} ms, wrong ${median(wrong).toFixed(0)} ms`).toBeGreaterThan(1 / 3);
-    expect(ratio).toBeLessThan(3);
+    // (An answer that skipped the hash would take a few ms against hundreds: a ratio near 0.01. The
+    // bounds leave a loaded machine's noise, a factor of a few over four samples, well inside.)
+    expect(ratio, `right ${median(right).toFixed(0)} ms, wrong ${median(wrong).toFixed(0)} ms`).toBeGreaterThan(1 / 10);
+    expect(ratio).toBeLessThan(10);
   }, 120_000);
 });
 
