@@ -118,9 +118,9 @@ declare module 'fastify' {
   }
 }
 
-/** Kind of an event stream route for the SSE gauge: job streams and container log streams. */
-function streamKind(url: string): string {
-  return url.includes('/jobs/') ? 'job' : 'logs';
+/** Kind of an event stream route for the SSE gauge, from its registered pattern (never a request's path). */
+function streamKind(routePattern: string): string {
+  return routePattern.includes('/jobs/') ? 'job' : 'logs';
 }
 
 /**
