@@ -1,6 +1,6 @@
 // The shell: sign-in gate, header (navigation, update pill, user), and the pages.
-import { createContext } from 'preact';
-import { useContext, useEffect, useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
+import { AppContext } from './app-context.ts';
 import { api, ApiError, hasRole, onUnauthorized, session, signOut as signOutOnServer, type Me, type SelfUpdateCheck, type StartedUpdate } from './api.ts';
 import { Link, match, navigate, useLocation, usePageChange } from './router.tsx';
 import { UpdateChecker } from './update.ts';
@@ -16,20 +16,6 @@ import { MigratePage } from './pages/migrate.tsx';
 import { PasswordPage } from './pages/password.tsx';
 import { UsersPage } from './pages/users.tsx';
 import { NotificationsPage } from './pages/notifications.tsx';
-
-export interface AppState {
-  me: Me;
-  check: SelfUpdateCheck | null;
-  checkError: string | null;
-}
-
-const Ctx = createContext<AppState | null>(null);
-
-export function useApp(): AppState {
-  const v = useContext(Ctx);
-  if (!v) throw new Error('useApp outside the signed-in app');
-  return v;
-}
 
 export function App() {
   const loc = useLocation();
@@ -138,7 +124,7 @@ function SignedIn(props: { me: Me; onMe: (me: Me) => void; onSignOut: () => void
   else page = <NotFound />;
 
   return (
-    <Ctx.Provider value={{ me, check, checkError }}>
+    <AppContext.Provider value={{ me, check, checkError }}>
       <header class="topbar">
         <Link href="/" class="brand">
           <span class="brand-mark" aria-hidden="true">▣</span> Installer
@@ -174,7 +160,7 @@ function SignedIn(props: { me: Me; onMe: (me: Me) => void; onSignOut: () => void
       </header>
       <main>{page}</main>
       {updating && <RestartOverlay start={updating} />}
-    </Ctx.Provider>
+    </AppContext.Provider>
   );
 }
 

@@ -3,7 +3,7 @@
 // (docs/adr/0031-update-history.md). Newest first; older pages on demand.
 import { useState } from 'preact/hooks';
 import { request, type UpdateHistoryEntry } from '../api.ts';
-import { useApp } from '../app.tsx';
+import { useApp } from '../app-context.ts';
 import { downtime, shortDigest, time } from '../format.ts';
 import { Badge, ErrorBox, TableScroll, usePoll } from './common.tsx';
 

@@ -2,7 +2,7 @@
 // editable by admins (mode, days, hours in UTC); and the quarantined builds (docs/update-policy.md).
 import { useEffect, useState } from 'preact/hooks';
 import { api, hasRole, WEEK_DAYS, type QuarantineEntry, type UpdatePolicy, type UpdatePolicyMode, type WeekDay } from '../api.ts';
-import { useApp } from '../app.tsx';
+import { useApp } from '../app-context.ts';
 import { shortDigest, time } from '../format.ts';
 import { Badge, ErrorBox, TableScroll, usePoll } from './common.tsx';
 

@@ -3,7 +3,7 @@
 // diagnostics bundle to hand to support.
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, download, hasRole, request, type Action } from '../api.ts';
-import { useApp } from '../app.tsx';
+import { useApp } from '../app-context.ts';
 import { ACTOR_KIND_LABEL, time } from '../format.ts';
 import { Link } from '../router.tsx';
 import { Badge, ErrorBox, Notice, TableScroll, usePoll } from '../components/common.tsx';

@@ -2,7 +2,7 @@
 // token; reconnects with Last-Event-ID and drops anything at or below the last seq shown).
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, ApiError, hasRole, type Job } from '../api.ts';
-import { useApp } from '../app.tsx';
+import { useApp } from '../app-context.ts';
 import { bytes, time } from '../format.ts';
 import { Link } from '../router.tsx';
 import { SseFollower, type FollowState } from '../sse.ts';

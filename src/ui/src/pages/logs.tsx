@@ -1,7 +1,7 @@
 // Platform container logs: live (all services or one), and for admins a time window and a download.
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { api, ApiError, download, hasRole, type LogLine, type PlatformStatus } from '../api.ts';
-import { useApp } from '../app.tsx';
+import { useApp } from '../app-context.ts';
 import { SseFollower, type FollowState } from '../sse.ts';
 import { ErrorBox, Notice, usePoll } from '../components/common.tsx';
 import { CAPACITY, LogStore } from '../logs/store.ts';

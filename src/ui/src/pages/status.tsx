@@ -2,7 +2,7 @@
 // installer's own version and last self-update, the history of self-updates, and the update policy.
 import { useState } from 'preact/hooks';
 import { api, hasRole, type Job, type PlatformStatus, type VersionInfo } from '../api.ts';
-import { useApp } from '../app.tsx';
+import { useApp } from '../app-context.ts';
 import { ago, shortDigest, time } from '../format.ts';
 import { Link, navigate } from '../router.tsx';
 import { Badge, Dialog, ErrorBox, Notice, TableScroll, usePoll } from '../components/common.tsx';
