@@ -69,3 +69,30 @@ describe('POST /api/migrate/run-host', () => {
     expect(again.json().message).toContain('a host migration is already queued');
   });
 });
+
+describe('one host migration at a time', () => {
+  it('of two requests made at once over the socket, one is queued and the other refused', async () => {
+    const app = await startTestApp({ env: { PLATFORM_URL: 'https://platform.example.com' } });
+    try {
+      await app.app.inject({ method: 'POST', url: '/api/migrate/vm-user', headers: await h(app, 'admin'), payload: { vmUser: 'ubuntu' } });
+      const base = await app.app.listen({ port: 0, host: '127.0.0.1' });
+      const headers = await h(app, 'admin');
+      // Several rounds: without the rule in one transaction, both requests of a round can pass the check.
+      for (let round = 0; round < 5; round++) {
+        const answers = await Promise.all([0, 1].map(() => fetch(`${base}/api/migrate/run-host`, { method: 'POST', headers })));
+        const codes = answers.map((r) => r.status).sort();
+        expect(codes, `round ${round}`).toEqual([202, 409]);
+        const refused = answers.find((r) => r.status === 409)!;
+        expect(((await refused.json()) as { message: string }).message).toMatch(/^a host migration is already queued \(job [0-9a-f-]{36}\)$/);
+        const queued = await app.db.database.db
+          .selectFrom('deployment_jobs as j').innerJoin('deployment_job_status as s', 's.job_id', 'j.job_id')
+          .select('j.job_id').where('j.kind', '=', 'migrate-host').where('s.phase', '=', 'queued').execute();
+        expect(queued).toHaveLength(1);
+        // Ended, so that the next round starts from none.
+        await app.db.database.db.updateTable('deployment_job_status').set({ phase: 'failed', finished_at: new Date() }).where('job_id', '=', queued[0]!.job_id).execute();
+      }
+    } finally {
+      await app.close();
+    }
+  });
+});

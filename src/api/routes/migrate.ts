@@ -3,8 +3,9 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { getSetting, putSetting } from '../../state/settings.ts';
-import { createJob, listJobs } from '../../state/jobs.ts';
-import { AppError, conflict } from '../../errors.ts';
+import { listJobs } from '../../state/jobs.ts';
+import { requestHostMigration } from '../../state/host-migration.ts';
+import { AppError } from '../../errors.ts';
 
 /** POSIX portable user name, as useradd accepts it by default. */
 export const VM_USER = /^[a-z_][a-z0-9_-]{0,31}$/;
@@ -76,11 +77,7 @@ export const migrateRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      if (!(await getSetting<string>(db, 'vmUser'))) throw conflict('VM user must be set before running host migration');
-      if (!settings.PLATFORM_URL) throw conflict('PLATFORM_URL must be set before running host migration');
-      const active = (await listJobs(db, { limit: 200, phases: ['queued', 'running'] })).find((j) => j.kind === 'migrate-host');
-      if (active) throw conflict(`a host migration is already ${active.phase} (job ${active.jobId})`);
-      const jobId = await createJob(db, { kind: 'migrate-host', params: {}, actor: req.actor() });
+      const jobId = await requestHostMigration(db, { actor: req.actor(), platformUrlSet: Boolean(settings.PLATFORM_URL) });
       return reply.status(202).send({ jobId });
     },
   );
