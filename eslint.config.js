@@ -23,7 +23,12 @@ export default tseslint.config(
         patterns: [
           { group: ['**/machines/**', '**/controllers/**', '**/adapters/**'], message: 'The API reads state and writes requests; it never reaches machines, controllers or adapters (architecture.md).' },
           { group: ['dockerode', 'node:child_process', 'child_process', 'xstate'], message: 'The API never touches Docker or runs machines (architecture.md).' },
+          { group: ['kysely', 'pg', '@electric-sql/*'], message: 'The API holds no SQL: it calls the functions of src/state (architecture.md).' },
         ],
+      }],
+      'no-restricted-syntax': ['error', {
+        selector: "CallExpression[callee.property.name=/^(selectFrom|insertInto|updateTable|deleteFrom|mergeInto|replaceInto|selectNoFrom)$/]",
+        message: 'The API holds no SQL: it calls the functions of src/state (architecture.md).',
       }],
     },
   },

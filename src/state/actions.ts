@@ -163,6 +163,18 @@ export async function listActionsPage(db: Conn, filter: ActionFilter, page: { be
 }
 
 /** Whether an audit row with this id exists (a cursor must name one). */
+/** The newest audit row of each kind (the status page's "last action" per kind). */
+export async function lastActionOfEachKind(db: Conn) {
+  return db
+    .selectFrom('deployment_actions')
+    .distinctOn('kind')
+    .select(['kind', 'status', 'actor', 'created_at', 'exit_code', 'detail'])
+    .orderBy('kind')
+    .orderBy('created_at', 'desc')
+    .orderBy('id', 'desc')
+    .execute();
+}
+
 export async function actionExists(db: Conn, id: string): Promise<boolean> {
   return (await db.selectFrom('deployment_actions').select('id').where('id', '=', id).executeTakeFirst()) !== undefined;
 }

@@ -6,7 +6,7 @@ import { ROOT } from '../helpers/shared/process.ts';
 const lint = async (file: string, code: string) => {
   const eslint = new ESLint({ cwd: ROOT });
   const [result] = await eslint.lintText(code, { filePath: `${ROOT}${file}` });
-  return result!.messages.filter((m) => m.ruleId === 'no-restricted-imports').map((m) => m.message);
+  return result!.messages.filter((m) => m.ruleId === 'no-restricted-imports' || m.ruleId === 'no-restricted-syntax').map((m) => m.message);
 };
 
 describe('layer arrows', () => {
@@ -16,6 +16,14 @@ describe('layer arrows', () => {
       expect(msgs.length, imp).toBe(1);
     }
     expect(await lint('src/api/routes/example.ts', `import { z } from 'zod';\nexport default z;\n`)).toEqual([]);
+  });
+
+  it('routes hold no SQL: no query builder call, no kysely or pg import', async () => {
+    expect((await lint('src/api/routes/example.ts', `export const f = (db: any) => db.selectFrom('users').selectAll().execute();\n`)).length).toBe(1);
+    expect((await lint('src/api/routes/example.ts', `export const f = (db: any) => db.updateTable('users').set({}).execute();\n`)).length).toBe(1);
+    expect((await lint('src/api/routes/example.ts', `import { sql } from 'kysely';\nexport default sql;\n`)).length).toBe(1);
+    expect((await lint('src/api/routes/example.ts', `import pg from 'pg';\nexport default pg;\n`)).length).toBe(1);
+    expect(await lint('src/api/routes/example.ts', `import { getJob } from '../../state/jobs.ts';\nexport default getJob;\n`)).toEqual([]);
   });
 
   it('machines import only xstate; migrations import no application code', async () => {

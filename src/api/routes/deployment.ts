@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { ageFields, freshness } from '../observed-reads.ts';
 import { ageOf, readFresh } from '../../state/observed.ts';
 import { createJob, getJob, lastJobEnd, listJobs, requestCancel, type JobView } from '../../state/jobs.ts';
-import { actionExists, AuditTrailPages, listActionsPage, type ActionFilter, type ActionRow } from '../../state/actions.ts';
+import { actionExists, AuditTrailPages, lastActionOfEachKind, listActionsPage, type ActionFilter, type ActionRow } from '../../state/actions.ts';
 import { ACTION_KINDS, ACTION_STATUSES, ACTOR_KINDS, type ActionKind, type ActionStatus, type ActorKind } from '../../contracts/audit.ts';
 import { parseInstant } from './logs.ts';
 import { csvLine } from '../csv.ts';
@@ -457,14 +457,7 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
       const containers = row?.data?.containers ?? [];
       const engineError = row ? row.data?.engineError : 'the platform has not been observed yet: no observer answered in time';
       const active = await listJobs(db, { limit: 200, phases: ['queued', 'running'] });
-      const last = await db
-        .selectFrom('deployment_actions')
-        .distinctOn('kind')
-        .select(['kind', 'status', 'actor', 'created_at', 'exit_code', 'detail'])
-        .orderBy('kind')
-        .orderBy('created_at', 'desc')
-        .orderBy('id', 'desc')
-        .execute();
+      const last = await lastActionOfEachKind(db);
       return {
         project: platform.project,
         containers,
