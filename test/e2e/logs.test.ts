@@ -7,6 +7,7 @@ import path from 'node:path';
 import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
 import { docker, run, uniqueName } from '../helpers/e2e/rig.ts';
 import { ROOT } from '../helpers/shared/process.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 import { parseSse, type SseMessage } from '../helpers/shared/sse.ts';
 import { ContainerLogs, openEngineStream } from '../../src/adapters/container-logs/index.ts';
 import { connectEngine } from '../../src/adapters/docker-engine.ts';
@@ -194,13 +195,7 @@ describe('live aggregated stream (GET /api/deployment/logs)', () => {
         if ((err as Error).name !== 'AbortError') throw err;
       }
     })();
-    const waitFor = async (what: string, pred: () => boolean, ms = 15_000) => {
-      const until = Date.now() + ms;
-      while (!pred()) {
-        if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-        await sleep(50);
-      }
-    };
+    const waitFor = (what: string, pred: () => boolean) => eventually(pred, what, 15_000);
     try {
       await waitFor('a first live line', () => received.length > 0);
       const connectedAt = received[0]!.timestamp;

@@ -4,6 +4,7 @@
 // and a tally of crash points injected and converged.
 import pg from 'pg';
 import type { AnyStateMachine } from 'xstate';
+import { eventually } from '../shared/eventually.ts';
 
 export interface ChartState {
   /** Dotted path below the root, e.g. `running.watching`. */
@@ -77,19 +78,17 @@ export async function chartInstanceIds(base: string, token: string, chart: strin
  * `id` may instead be the set of actors known before: then the newest actor not among them.
  */
 export async function waitForChartState(base: string, token: string, chart: string, id: string | Set<string>, state: string, timeoutMs = 60_000): Promise<string> {
-  const until = Date.now() + timeoutMs;
   let last: MachinesInstance | undefined;
-  while (Date.now() < until) {
+  return eventually(async () => {
     const res = await fetch(`${base}/api/machines`, { headers: { authorization: `Bearer ${token}` } }).catch(() => null);
-    if (res?.ok) {
-      const { charts } = (await res.json()) as { charts: { id: string; instances: MachinesInstance[] }[] };
-      const instances = charts.find((c) => c.id === chart)?.instances ?? [];
-      last = typeof id === 'string' ? instances.find((i) => i.id === id) : instances.find((i) => !id.has(i.id));
-      if (last?.state === state) return last.id;
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`${chart} actor ${id} did not reach ${state} in ${timeoutMs} ms (last seen: ${JSON.stringify(last)})`);
+    if (!res?.ok) return null;
+    const { charts } = (await res.json()) as { charts: { id: string; instances: MachinesInstance[] }[] };
+    const instances = charts.find((c) => c.id === chart)?.instances ?? [];
+    last = typeof id === 'string' ? instances.find((i) => i.id === id) : instances.find((i) => !id.has(i.id));
+    return last?.state === state ? last.id : null;
+  }, `${chart} actor ${typeof id === 'string' ? id : '(new)'} to reach ${state}`, timeoutMs, 100).catch((err: Error) => {
+    throw new Error(`${err.message} (last seen: ${JSON.stringify(last)})`);
+  });
 }
 
 export interface DbHold {
