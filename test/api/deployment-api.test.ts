@@ -104,6 +104,21 @@ describe('cancel', () => {
     expect(res.statusCode).toBe(409);
     expect(res.json().message).toContain('has already ended (completed)');
   });
+
+  it('of two cancels of one queued job sent at once, one is queued and the other refused; a cancel is not itself cancelled', async () => {
+    const h = await as('operator');
+    const created = await t.app.inject({ method: 'POST', url: '/api/deployment/jobs', headers: h, payload: { action: 'stop' } });
+    const jobId = created.json().jobId as string;
+    const answers = await Promise.all([0, 1].map(() => t.app.inject({ method: 'POST', url: `/api/deployment/jobs/${jobId}/cancel`, headers: h })));
+    expect(answers.map((r) => r.statusCode).sort()).toEqual([202, 409]);
+    expect(answers.find((r) => r.statusCode === 409)!.json().message).toBe(`job ${jobId} is already being cancelled by operator`);
+    const cancelId = answers.find((r) => r.statusCode === 202)!.json().jobId as string;
+    const again = await t.app.inject({ method: 'POST', url: `/api/deployment/jobs/${cancelId}/cancel`, headers: h });
+    expect(again.statusCode).toBe(400);
+    expect(again.json().message).toBe('a cancel-job request cannot itself be cancelled');
+    const cancels = await t.db.database.db.selectFrom('deployment_jobs').select('job_id').where('kind', '=', 'cancel-job').execute();
+    expect(cancels.map((c) => c.job_id)).toEqual([cancelId]);
+  });
 });
 
 describe('jobs and self-update', () => {

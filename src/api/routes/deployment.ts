@@ -6,7 +6,8 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { ageFields, freshness } from '../observed-reads.ts';
 import { ageOf, readFresh } from '../../state/observed.ts';
-import { createJob, getJob, lastJobEnd, listJobs, requestCancel, type JobView } from '../../state/jobs.ts';
+import { createJob, getJob, lastJobEnd, listJobs, type JobView } from '../../state/jobs.ts';
+import { requestJobCancel } from '../../state/cancel-requests.ts';
 import { actionExists, AuditTrailPages, lastActionOfEachKind, listActionsPage, type ActionFilter, type ActionRow } from '../../state/actions.ts';
 import { ACTION_KINDS, ACTION_STATUSES, ACTOR_KINDS, type ActionKind, type ActionStatus, type ActorKind } from '../../contracts/audit.ts';
 import { parseInstant } from './logs.ts';
@@ -16,7 +17,7 @@ import type { ActionView } from '../../contracts/ports.ts';
 import { JOB_KIND_NAMES, JOB_KINDS, REQUESTABLE_KINDS } from '../../contracts/job-kinds.ts';
 import { putConfigChanges, pendingConfigChanges, recordConfigReveal } from '../../state/platform-config.ts';
 import { INSTALLER_KEYS, isMaskedKey, MASK } from '../../contracts/platform-env.ts';
-import { badRequest, conflict, forbidden, notFound, unavailable } from '../../errors.ts';
+import { badRequest, forbidden, notFound, unavailable } from '../../errors.ts';
 import { limitParam } from '../limit-param.ts';
 import { openStreams } from '../open-streams.ts';
 
@@ -226,20 +227,8 @@ export const deploymentRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const target = await getJob(db, req.params.jobId);
-      if (!target) throw notFound(`no job ${req.params.jobId}`);
-      if (target.kind === 'cancel-job') throw badRequest('a cancel-job request cannot itself be cancelled');
-      // Its job is the update's transcript: the helper, once started, is not stopped halfway.
-      if (target.kind === 'self-update') throw badRequest('a self-update cannot be cancelled: its job is its transcript');
-      const actor = req.actor();
-      const jobId = await db.transaction().execute(async (tx) => {
-        if (!(await requestCancel(tx, target.jobId, actor.id))) {
-          const now = await getJob(tx, target.jobId);
-          throw conflict(now?.cancelRequestedBy ? `job ${target.jobId} is already being cancelled by ${now.cancelRequestedBy}` : `job ${target.jobId} has already ended (${now?.phase})`);
-        }
-        return createJob(tx, { kind: 'cancel-job', params: { targetJobId: target.jobId }, actor });
-      });
-      return reply.status(202).send({ jobId, kind: 'cancel-job', status: 'queued' as const, targetJobId: target.jobId });
+      const jobId = await requestJobCancel(db, req.params.jobId, req.actor());
+      return reply.status(202).send({ jobId, kind: 'cancel-job', status: 'queued' as const, targetJobId: req.params.jobId });
     },
   );
 
