@@ -13,3 +13,6 @@ export const limitParam = (bounds: { default: number; max: number }, rows: strin
     .pipe(z.number().min(1, 'must be at least 1').max(bounds.max, `must be at most ${bounds.max}`))
     .default(bounds.default)
     .describe(`${rows} to return (default ${bounds.default}, at most ${bounds.max})`);
+
+/** The bounds of the job list and the audit trail pages. */
+export const LIST_LIMIT = { default: 50, max: 500 };

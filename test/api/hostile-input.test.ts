@@ -30,7 +30,7 @@ import { buildApp, type RouteEntry } from '../../src/api/app.ts';
 import { readObserved, requestRefresh } from '../../src/state/observed.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
 import { parseInstant, TAIL_MAX } from '../../src/api/routes/logs.ts';
-import { ACTIONS_LIMIT } from '../../src/api/routes/deployment.ts';
+import { LIST_LIMIT } from '../../src/api/limit-param.ts';
 import type { ContainerLogsPort, LogFeed, LogSelection, PlatformContainer } from '../../src/contracts/ports.ts';
 
 // The route table records method, path and role; the schemas come from the same registrations,
@@ -171,7 +171,7 @@ function semantic(name: string): 'seq' | 'iso' | 'count' | 'service' | 'containe
 }
 
 const acceptsIso = (v: string) => parseInstant(v) !== null;
-const countRange = (name: string) => (name === 'tail' ? [0, TAIL_MAX] : [1, ACTIONS_LIMIT.max]) as [number, number];
+const countRange = (name: string) => (name === 'tail' ? [0, TAIL_MAX] : [1, LIST_LIMIT.max]) as [number, number];
 
 /** Hostile string values for a parameter (path, query or header), and whether free text may pass. */
 function valuesFor(name: string, schema: z.ZodType | undefined): { arb: fc.Arbitrary<string>; freeText: boolean } {
