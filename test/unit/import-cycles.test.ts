@@ -1,35 +1,12 @@
 // No module imports itself through others: every import in the tree (source, charts, controllers,
 // the UI, tests, benches, scripts) read by TypeScript's own pre-parser, and the graph searched for a
 // circle. A circle means two rooms that cannot be understood (or loaded) one without the other.
-import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 import { ROOT } from '../helpers/shared/process.ts';
+import { importGraph, sourceFiles } from '../helpers/shared/imports.ts';
 
 const DIRS = ['src', 'controllers', 'machines', 'migrations', 'test', 'bench', 'scripts'];
-
-function sourceFiles(dir: string): string[] {
-  const out: string[] = [];
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
-    if (e.name === 'node_modules' || e.name === 'dist') continue;
-    const p = path.join(dir, e.name);
-    if (e.isDirectory()) out.push(...sourceFiles(p));
-    else if (/\.tsx?$/.test(e.name) && !e.name.endsWith('.d.ts')) out.push(p);
-  }
-  return out;
-}
-
-/** Each file's relative imports (and re-exports) that resolve to a file of the tree. */
-function importGraph(files: string[]): Map<string, string[]> {
-  const known = new Set(files);
-  const graph = new Map<string, string[]>();
-  for (const f of files) {
-    const { importedFiles } = ts.preProcessFile(readFileSync(f, 'utf8'), true, true);
-    graph.set(f, importedFiles.map((i) => i.fileName).filter((n) => n.startsWith('.')).map((n) => path.resolve(path.dirname(f), n)).filter((p) => known.has(p)));
-  }
-  return graph;
-}
 
 /** The strongly connected components with more than one file, or a file importing itself (Tarjan). */
 export function circles(graph: Map<string, string[]>): string[][] {
