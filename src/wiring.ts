@@ -9,13 +9,13 @@ import { connectEngine, EngineRuntime, projectContainers, pruneDanglingImages, w
 import { installerEnvFor, PlatformFiles } from './adapters/platform-files.ts';
 import { HostRunner } from './adapters/host-runner.ts';
 import { ContainerLogs } from './adapters/container-logs/index.ts';
-import { JobEventLog, pruneJobEvents } from './state/job-events.ts';
+import { JobEventLog } from './state/job-events.ts';
 import { Sealer } from './state/platform-config.ts';
-import { OUTBOX_RETENTION_DAYS, pruneOutbox } from './state/notifications.ts';
 import { RecentLines, SecretSet } from './logger.ts';
 import { ServiceTokens } from './adapters/secrets.ts';
 import { engineFacts } from './adapters/diagnostics.ts';
 import { Controllers } from '../controllers/index.ts';
+import { KeylessSchedule, RetentionReconciler } from '../controllers/retention.ts';
 import type { Observer } from '../controllers/observer.ts';
 import { resolveChannel } from './config.ts';
 import { DockerSelfUpdateEngine, type SelfUpdateEngine } from './adapters/self-update.ts';
@@ -38,9 +38,14 @@ export interface Wired {
   events: JobEventLog;
   /** The host migration's runner, as the jobs controller uses it. */
   hostRunner: HostRunner;
+  /** The retention passes; `start` starts them where the controllers run. */
+  retention: KeylessSchedule;
   /** Closes what a restart interrupted (database only); before the API answers. `start` does it too. */
   prepare(): Promise<void>;
-  /** Starts the controllers (after retention pruning); call once the database is migrated. */
+  /**
+   * Starts the controllers and the retention passes (in the background: never awaited); call once
+   * the database is migrated. Resolved: this process reconciles (its health says so).
+   */
   start(): Promise<void>;
   stop(): Promise<void>;
 }
@@ -129,6 +134,17 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       watch: (projects, onEvent, onEnd) => watchProjectEvents(docker, projects, onEvent, onEnd),
     },
   });
+  // Retention runs where the controllers do (docs/adr/0043-healthy-means-reconciling.md).
+  const retentionIntervalMs = settings.RETENTION_INTERVAL_MINUTES * 60_000;
+  const retention = new KeylessSchedule(
+    new RetentionReconciler({
+      db: database.db,
+      logger: logger.child({ controller: 'retention' }),
+      limits: { jobEventDays: settings.JOB_EVENT_RETENTION_DAYS, batchRows: settings.RETENTION_BATCH_ROWS, batchTimeoutMs: settings.RETENTION_BATCH_TIMEOUT_MS },
+      intervalMs: retentionIntervalMs,
+    }),
+    { logger, intervalMs: retentionIntervalMs },
+  );
   const logs = new ContainerLogs(docker, { scrub, warn: (details, message) => logger.warn(details, message) });
   const users = userDirectory(database);
   let closeLocalSocket: (() => Promise<void>) | undefined;
@@ -158,16 +174,12 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     selfUpdateEngine,
     events,
     hostRunner,
+    retention,
     async prepare() {
       if (settings.INSTALLER_ROLE !== 'api') await controllers.prepare();
     },
     async start() {
-      const cutoff = new Date(Date.now() - settings.JOB_EVENT_RETENTION_DAYS * 86_400_000);
-      const pruned = await pruneJobEvents(database.db, cutoff);
-      if (pruned) logger.info({ pruned, olderThan: cutoff.toISOString() }, 'pruned old job events');
-      const outboxCutoff = new Date(Date.now() - OUTBOX_RETENTION_DAYS * 86_400_000);
-      const prunedDeliveries = await pruneOutbox(database.db, outboxCutoff);
-      if (prunedDeliveries) logger.info({ pruned: prunedDeliveries, olderThan: outboxCutoff.toISOString() }, 'pruned old webhook deliveries');
+      if (settings.INSTALLER_ROLE !== 'api') retention.start();
       // The API's streams hear of events stored by whichever process runs the controllers.
       if (settings.INSTALLER_ROLE !== 'controllers') unfollow = await events.follow((c, n) => database.listen(c, n));
       if (settings.INSTALLER_ROLE !== 'api') {
@@ -196,6 +208,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     async stop() {
       await closeLocalSocket?.();
       closeLocalSocket = undefined;
+      await retention.stop();
       await controllers.stop();
       await unfollow?.();
       unfollow = undefined;

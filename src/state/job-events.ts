@@ -231,12 +231,6 @@ export class JobEventLog {
 
 }
 
-/** Deletes events older than the retention (run on startup); returns how many went. */
-export async function pruneJobEvents(db: Kysely<DB>, olderThan: Date): Promise<number> {
-  const res = await db.deleteFrom('deployment_job_events').where('at', '<', olderThan).executeTakeFirst();
-  return Number(res.numDeletedRows);
-}
-
 /** An event to store, before it has a seq. */
 export interface NewJobEvent {
   type: string;

@@ -322,19 +322,5 @@ export async function nextDeliveryInMs(db: Conn): Promise<number | null> {
   return r?.ms === null || r?.ms === undefined ? null : Math.max(0, Number(r.ms));
 }
 
-/** How long delivered and failed outbox rows are kept (pruned on startup, like job events). */
+/** How long delivered and failed outbox rows are kept (pruned by the retention passes, src/state/retention.ts). */
 export const OUTBOX_RETENTION_DAYS = 30;
-
-/**
- * Deletes delivered and failed rows created before `olderThan`. The rows of `update.available` stay:
- * they are what makes that event once per digest, and there is one per digest the channel offered.
- */
-export async function pruneOutbox(db: Kysely<DB>, olderThan: Date): Promise<number> {
-  const res = await db
-    .deleteFrom('notification_outbox')
-    .where('created_at', '<', olderThan)
-    .where((eb) => eb.or([eb('delivered_at', 'is not', null), eb('failed_at', 'is not', null)]))
-    .where('event_type', '!=', 'update.available')
-    .executeTakeFirst();
-  return Number(res.numDeletedRows);
-}
