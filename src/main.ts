@@ -17,7 +17,10 @@ await ensureInitialAdmin(booted);
 if (tls) logCertificate(logger, tls);
 
 const wired = wire(booted, { tlsFingerprint256: tls ? platformCertificate(tls).fingerprint256 : null });
-const app = await buildApp({ ...wired.deps, tls: tls ? { source: tls.source, fingerprint256: tls.fingerprint256, spkiSha256: tls.spkiSha256, subject: tls.subject, notAfter: tls.notAfter } : null });
+// Healthy once `wired.start()` has resolved: a start that fails ends the process before any
+// healthcheck passed (docs/adr/0043-healthy-means-reconciling.md).
+let reconciling = false;
+const app = await buildApp({ ...wired.deps, reconciling: () => reconciling, tls: tls ? { source: tls.source, fingerprint256: tls.fingerprint256, spkiSha256: tls.spkiSha256, subject: tls.subject, notAfter: tls.notAfter } : null });
 // Interrupted work is closed before the API answers; the loops, the observer and their LISTEN
 // connections start after it listens: a self-update's outage ends at the listen (docs/self-update.md).
 await wired.prepare();
@@ -71,4 +74,5 @@ if (serves) {
     .catch((err: unknown) => logger.warn({ err }, 'could not record the readiness of this backend for the self-update in flight'));
 }
 await wired.start();
+reconciling = true;
 logger.info({ role: settings.INSTALLER_ROLE, address: listeners.httpAddress, ...(listeners.httpsAddress ? { httpsAddress: listeners.httpsAddress } : {}) }, settings.INSTALLER_ROLE === 'controllers' ? 'installer controllers running; listening for the healthcheck only' : 'installer listening');

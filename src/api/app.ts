@@ -64,6 +64,12 @@ export interface AppDeps {
   users?: UserDirectory;
   /** The HTTPS listener's certificate; null or absent: the installer serves plain HTTP only. */
   tls?: TlsView | null;
+  /**
+   * Whether the process runs what its role runs (its controllers, the event follow); until it
+   * does, GET /api/health answers 503 `starting` (docs/adr/0043-healthy-means-reconciling.md).
+   * Absent: from the start.
+   */
+  reconciling?: () => boolean;
 }
 
 /** The users' standing read from the installer's database, with changes arriving by NOTIFY. */

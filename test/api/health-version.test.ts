@@ -33,6 +33,22 @@ describe('GET /api/health', () => {
     }
   });
 
+  it('answers 503 starting until the process reconciles, then ok', async () => {
+    let reconciling = false;
+    const app = await buildApp({ ...t.wired.deps, reconciling: () => reconciling, logger: createLogger({ level: 'silent', secrets: [] }) });
+    try {
+      const before = await app.inject({ method: 'GET', url: '/api/health' });
+      expect(before.statusCode).toBe(503);
+      expect(before.json()).toEqual({ status: 'starting', db: 'up' });
+      reconciling = true;
+      const after = await app.inject({ method: 'GET', url: '/api/health' });
+      expect(after.statusCode).toBe(200);
+      expect(after.json()).toEqual({ status: 'ok', db: 'up' });
+    } finally {
+      await app.close();
+    }
+  });
+
   it('answers 503 with db down when the database does not', async () => {
     const dead = await openDatabase({ url: 'postgres://postgres@127.0.0.1:1/none', dataDir: '/nonexistent' });
     const app = await buildApp({ ...t.wired.deps, database: dead, logger: createLogger({ level: 'silent', secrets: [] }) });

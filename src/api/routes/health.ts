@@ -3,13 +3,16 @@
 // the process that gave it (a random id, nothing about the build): the overlay knows the backend
 // was replaced even when the gap fell between two of its polls, or before its first one, since the
 // answer that started the update names its process too (docs/adr/0034-restart-seen-by-instance.md).
+// Healthy means serving and reconciling: until the process's controllers run, it answers 503
+// `starting`, so that no healthcheck passes a backend whose start may still fail
+// (docs/adr/0043-healthy-means-reconciling.md).
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { DatabaseProbe } from '../../state/health.ts';
 import { INSTANCE_HEADER } from '../../contracts/instance.ts';
 
 
-export const healthSchema = z.object({ status: z.enum(['ok', 'error']), db: z.enum(['up', 'down']) });
+export const healthSchema = z.object({ status: z.enum(['ok', 'starting', 'error']), db: z.enum(['up', 'down']) });
 
 export const healthRoutes: FastifyPluginAsyncZod = async (app) => {
   const probe = new DatabaseProbe(app.deps.database.db);
@@ -22,15 +25,16 @@ export const healthRoutes: FastifyPluginAsyncZod = async (app) => {
       logLevel: 'warn',
       schema: {
         tags: ['system'],
-        summary: 'Liveness and database reachability',
+        summary: 'Liveness, database reachability, and whether the controllers run',
         response: { 200: healthSchema, 503: healthSchema },
       },
     },
     async (_req, reply) => {
       void reply.header(INSTANCE_HEADER, app.instance);
       const up = await probe.up();
-      if (up) return { status: 'ok' as const, db: 'up' as const };
-      return reply.status(503).send({ status: 'error', db: 'down' });
+      if (!up) return reply.status(503).send({ status: 'error', db: 'down' });
+      if (app.deps.reconciling && !app.deps.reconciling()) return reply.status(503).send({ status: 'starting', db: 'up' });
+      return { status: 'ok' as const, db: 'up' as const };
     },
   );
 };
