@@ -1,10 +1,19 @@
 // Runs the installer's real entry points as child processes and captures everything they print.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 export const NODE = path.join(ROOT, 'node_modules/.bin/node');
+
+/** The V8 flags `npm start` runs the backend with (package.json's `start`, before `--import`). */
+export function npmStartNodeFlags(): string[] {
+  const start = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
+  const argv = start.split(/\s+/);
+  if (argv[0] !== 'node' || !argv.includes('--import')) throw new Error(`package.json's start is not \`node [flags] --import tsx …\`: ${start}`);
+  return argv.slice(1, argv.indexOf('--import'));
+}
 
 export interface Running {
   child: ChildProcess;
