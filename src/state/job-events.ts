@@ -201,14 +201,17 @@ export class JobEventLog {
       if (m.recent[from]?.seq === afterSeq + 1) return m.recent.slice(from, from + limit);
       return m.recent.filter((e) => e.seq > afterSeq).slice(0, limit);
     }
-    const rows = await this.db
-      .selectFrom('deployment_job_events')
-      .select(['job_id', 'seq', 'type', 'payload', 'at'])
-      .where('job_id', '=', jobId)
-      .where('seq', '>', afterSeq)
-      .orderBy('seq')
-      .limit(limit)
-      .execute();
+    // Bounded by seq as well as limited: a job's seqs are contiguous, so the page is one range of the
+    // primary key. Limited alone, the planner (expecting a few hundred events a job) reads all of a
+    // long job's remaining events and sorts them, for every page of a replay. A range that came
+    // short holds a gap (a batch whose insert failed) or the end: the rest is read past it.
+    const page = (from: number, to: number | null, n: number) => {
+      let q = this.db.selectFrom('deployment_job_events').select(['job_id', 'seq', 'type', 'payload', 'at']).where('job_id', '=', jobId).where('seq', '>', from);
+      if (to !== null) q = q.where('seq', '<=', to);
+      return q.orderBy('seq').limit(n).execute();
+    };
+    const rows = await page(afterSeq, afterSeq + limit, limit);
+    if (rows.length < limit) rows.push(...(await page(afterSeq + limit, null, limit - rows.length)));
     return rows.map((r) => ({ jobId: r.job_id, seq: r.seq, type: r.type, payload: r.payload, at: new Date(r.at) }));
   }
 

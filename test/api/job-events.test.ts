@@ -31,6 +31,24 @@ describe('job event retention', () => {
     expect(fromDb).toHaveLength(6);
   });
 
+  it('reads stored events page by page across a gap in their seqs (a batch whose insert failed)', async () => {
+    const db = t.db.database.db;
+    const jobId = await createJob(db, { kind: 'stop', params: {}, actor: { id: 'operator' } });
+    const seqs = [1, 2, 3, 10, 11, 12];
+    await db.insertInto('deployment_job_events').values(seqs.map((seq) => ({ job_id: jobId, seq, type: 'output', payload: JSON.stringify({ line: `l${seq}` }) }))).execute();
+    const log = new JobEventLog(db, { memoryRetentionMs: 1 }); // nothing of this job in memory: every read goes to the database
+    const seqsOf = async (after: number, limit: number) => (await log.read(jobId, after, limit)).map((e) => e.seq);
+    expect(await seqsOf(0, 2)).toEqual([1, 2]);
+    expect(await seqsOf(2, 2)).toEqual([3, 10]);
+    expect(await seqsOf(3, 5)).toEqual([10, 11, 12]);
+    expect(await seqsOf(0, 100)).toEqual(seqs);
+    expect(await seqsOf(12, 5)).toEqual([]);
+    // A replay in pages of 2 sees every event once, in order.
+    const replayed: number[] = [];
+    for (let cursor = 0, page = await seqsOf(0, 2); page.length; cursor = page.at(-1)!, page = await seqsOf(cursor, 2)) replayed.push(...page);
+    expect(replayed).toEqual(seqs);
+  });
+
   it('scrubs the installer secrets from every string of a payload', async () => {
     const log = new JobEventLog(t.db.database.db, { memoryRetentionMs: 1, scrub: (s) => s.replaceAll('hunter2-secret', '[REDACTED]') });
     const jobId = await createJob(t.db.database.db, { kind: 'stop', params: {}, actor: { id: 'operator' } });
