@@ -6,7 +6,7 @@ import { ConfigError, loadSettings, type Settings } from './config.ts';
 import { loadSecrets, writeInitialAdminPassword, type InstallerSecrets } from './adapters/secrets.ts';
 import { createLogger, RecentLines, SecretSet } from './logger.ts';
 import { openDatabase, type Database } from './db/database.ts';
-import { migrateToLatest, currentMigration } from './db/migrate.ts';
+import { migrateDatabase, currentMigration } from './db/migrate.ts';
 import { countUsers, createUser } from './state/users.ts';
 import { loadTls, type TlsMaterial } from './adapters/tls.ts';
 
@@ -71,7 +71,7 @@ export async function boot(settings: Settings, opts: { migrate: boolean; logger?
   });
   try {
     if (opts.migrate) {
-      const outcome = await migrateToLatest(database.db);
+      const outcome = await migrateDatabase(database);
       if (outcome.applied.length) logger.info({ applied: outcome.applied }, 'schema migrated');
       if (outcome.ahead.length) {
         logger.warn({ ahead: outcome.ahead }, 'the schema is ahead of this build; this build must tolerate it');

@@ -16,6 +16,11 @@ export interface Database {
   listen(channel: string, onNotify: Notify): Promise<() => Promise<void>>;
   /** The embedded database only: a gzipped tar of its data directory, taken in the process (a backup). */
   dumpDataDir?: () => Promise<Uint8Array>;
+  /**
+   * Runs `fn` on a connection of its own without the statement timeout (nor the client's query
+   * timeout): the schema migrations, whose index builds and rewrites may rightly take longer.
+   */
+  withoutTimeouts<T>(fn: (db: Kysely<DB>) => Promise<T>): Promise<T>;
   close(): Promise<void>;
 }
 
@@ -64,6 +69,19 @@ function openPostgres(url: string, opts: DatabaseOptions): Database {
   return {
     db,
     kind: 'postgres',
+    async withoutTimeouts(fn) {
+      const { statement_timeout: _s, query_timeout: _q, ...unbounded } = config;
+      const own = new pg.Pool({ ...unbounded, max: 1 });
+      own.on('error', () => {});
+      // Set on the session too: a role's or database's own statement_timeout would apply otherwise.
+      own.on('connect', (client) => void client.query('set statement_timeout = 0').catch(() => {}));
+      const single = new Kysely<DB>({ dialect: new PostgresDialect({ pool: discardingBroken(own) }) });
+      try {
+        return await fn(single);
+      } finally {
+        await single.destroy();
+      }
+    },
     async listen(channel, onNotify) {
       if (!/^[a-z_][a-z0-9_]*$/.test(channel)) throw new Error(`invalid channel name ${channel}`);
       const listener = new Listener(config, channel, onNotify);
@@ -223,6 +241,7 @@ async function openPglite(dataDir: string): Promise<Database> {
     return {
       db,
       kind: 'pglite',
+      withoutTimeouts: (fn) => fn(db),
       async listen(channel, onNotify) {
         const unlisten = await client.listen(channel, onNotify);
         return async () => unlisten();

@@ -7,6 +7,7 @@ import { readdir } from 'node:fs/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import path from 'node:path';
 import { importModule } from './import-module.ts';
+import type { Database } from './database.ts';
 
 const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
 const MIGRATION_TABLE = 'kysely_migration';
@@ -58,6 +59,15 @@ export async function migrateToLatest(db: Kysely<any>, dir = MIGRATIONS_DIR): Pr
     current: await currentMigration(db),
     ahead: [],
   };
+}
+
+/**
+ * The init's and the migrate CLI's migration: on a connection without the statement timeout, so
+ * that an index build or a rewrite on a large table runs to its end instead of failing every update
+ * (docs/adr/0045-migrations-checked-for-the-old-build.md).
+ */
+export function migrateDatabase(database: Database, dir = MIGRATIONS_DIR): Promise<MigrationOutcome> {
+  return database.withoutTimeouts((db) => migrateToLatest(db, dir));
 }
 
 async function executedMigrations(db: Kysely<any>): Promise<string[]> {
