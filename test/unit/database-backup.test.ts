@@ -9,7 +9,7 @@ import path from 'node:path';
 import { sql } from 'kysely';
 import { openDatabase } from '../../src/db/database.ts';
 import { currentMigration, migrateToLatest } from '../../src/db/migrate.ts';
-import { backupFileName, backupsToRemove, EmbeddedBackup } from '../../src/adapters/database-backup.ts';
+import { BACKUP_SPACE, backupFileName, backupsToRemove, checkSpace, EmbeddedBackup, estimateNextBackup } from '../../src/adapters/database-backup.ts';
 
 const DIGEST = 'sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef';
 
@@ -38,6 +38,31 @@ describe('backup file names and retention', () => {
     expect(backupsToRemove(names, 1)).toEqual(['installer-20261124T001500000Z-sha256-bbbbbbbbbbbb.dump', 'installer-20261125T001500000Z-sha256-aaaaaaaaaaaa.dump', partial]);
     expect(backupsToRemove(names, 5)).toEqual([partial]);
     expect(backupsToRemove(['operator.dump.partial', 'lost+found'], 1)).toEqual([]);
+  });
+
+  it('never removes a backup an unresolved schema alarm names, nor counts it', () => {
+    const oldest = 'installer-20261120T001500000Z-sha256-aaaaaaaaaaaa.dump';
+    const names = [oldest, 'installer-20261121T001500000Z-sha256-bbbbbbbbbbbb.dump', 'installer-20261122T001500000Z-sha256-cccccccccccc.dump'];
+    expect(backupsToRemove(names, 1)).toEqual([oldest, names[1]]);
+    expect(backupsToRemove(names, 1, [oldest])).toEqual([names[1]]);
+    expect(backupsToRemove(names, 2, [oldest])).toEqual([]);
+  });
+
+  it('estimates the next backup and refuses a volume without room, saying how much is needed and free', () => {
+    expect(estimateNextBackup(null, 8_000_000)).toEqual({ bytes: 8_000_000, basis: "the database's size, there being no backup yet" });
+    expect(estimateNextBackup(2 * 1024 * 1024, 8_000_000)).toEqual({ bytes: 3 * 1024 * 1024, basis: "the last backup's 2.0 MiB times 1.5" });
+    expect(() => checkSpace('/backups', 3 * 1024 * 1024, estimateNextBackup(2 * 1024 * 1024, 1))).not.toThrow();
+    let err: (Error & { code?: string }) | undefined;
+    try {
+      checkSpace('/backups', 1024 * 1024, estimateNextBackup(2 * 1024 * 1024, 1));
+    } catch (e) {
+      err = e as Error & { code?: string };
+    }
+    expect(err?.code).toBe(BACKUP_SPACE);
+    expect(err?.message).toBe(
+      "not enough free space for the backup in /backups: it needs about 3.0 MiB (the last backup's 2.0 MiB times 1.5), 1.0 MiB is free; " +
+        'free space there or lower SELF_UPDATE_BACKUPS_KEEP (docs/deploy.md, "A full backups volume")',
+    );
   });
 });
 
