@@ -107,6 +107,15 @@ export class SelfUpdateOutcomeReconciler {
     }
   }
 
+  /** Removes a helper given up on, once its output is in the transcript; a failure is logged (the next update's preflight removes a leftover). */
+  private async removeGivenUp(requestId: string): Promise<void> {
+    try {
+      if (await this.d.engine.removeHelper()) this.d.logger.info({ requestId }, `removed ${HELPER_NAME}, given up on at its deadline`);
+    } catch (err) {
+      this.d.logger.warn({ err, requestId }, `${HELPER_NAME}, given up on at its deadline, could not be removed`);
+    }
+  }
+
   private async run(): Promise<void> {
     const { db, engine, runtime, logger } = this.d;
     const actors = {
@@ -122,7 +131,14 @@ export class SelfUpdateOutcomeReconciler {
       waitForHelper: fromPromise<HelperOutcome, { pending: PendingUpdate }>(async ({ input }) => {
         const p = input.pending;
         logger.info({ requestId: p.requestId }, `waiting for ${HELPER_NAME} to exit before reconciling the self-update`);
-        return engine.waitHelper(p.helperId, { deadline: p.helperDeadline ? new Date(p.helperDeadline) : null, signal: this.d.signal });
+        const exit = await engine.waitHelper(p.helperId, { deadline: p.helperDeadline ? new Date(p.helperDeadline) : null, signal: this.d.signal });
+        // Given up on: it must not go on switching after the outcome is recorded. Killed, not yet
+        // removed, so that its output still goes into the transcript.
+        if (exit.state === 'timed-out') {
+          await engine.stopHelper(p.helperId, this.d.signal);
+          logger.warn({ requestId: p.requestId }, `${HELPER_NAME} was still running at its deadline (${p.helperDeadline}): stopped`);
+        }
+        return exit;
       }),
       inspectRunning: fromPromise<RunningNow, undefined>(async () => {
         const v = await runtime.version();
@@ -161,6 +177,7 @@ export class SelfUpdateOutcomeReconciler {
           return true;
         });
         auditTrailChanged();
+        if (helper?.state === 'timed-out') await this.removeGivenUp(p.requestId);
         if (changed) logger.error({ requestId: p.requestId, targetDigest: p.targetDigest }, `self-update closed as undecided: ${detail}`);
       }),
       recordOutcome: fromPromise<void, RecordInput>(async ({ input }) => {
@@ -194,6 +211,7 @@ export class SelfUpdateOutcomeReconciler {
           return true;
         });
         auditTrailChanged();
+        if (helper.state === 'timed-out') await this.removeGivenUp(p.requestId);
         if (!changed) return; // another process reconciled it meanwhile
         const fields = { requestId: p.requestId, outcome, targetDigest: p.targetDigest, runningDigest: input.now.digest, helperExitCode: helper.exitCode, helperStatus: helper.status };
         if (outcome === 'completed') logger.info(fields, `self-update completed: ${detail}`);

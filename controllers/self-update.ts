@@ -19,13 +19,15 @@ import {
   updateSelfUpdate, type SelfUpdateView,
 } from '../src/state/self-update.ts';
 import type { NewJobEvent } from '../src/state/job-events.ts';
-import { BACKEND_SERVICE, helperSpec, HELPER_NAME, sha256Of, type SelfUpdateEngine, type SelfUpdateSettings } from '../src/adapters/self-update.ts';
+import { BACKEND_SERVICE, helperBudgetMs, helperSpec, HELPER_NAME, sha256Of, type SelfUpdateEngine, type SelfUpdateSettings } from '../src/adapters/self-update.ts';
 import {
   abortDetail, phaseOfState, SELF_UPDATE_CHART_VERSION, selfUpdateMachine,
   type PreflightChanges, type RecordActionInput, type RecordedAction, type ResolvedTarget, type RunningImage, type SelfUpdateContext,
   type UndoInput, type UpdateTarget,
 } from '../machines/self-update.machine.ts';
 import { OrderedWrites, runChart } from './runtime/run-chart.ts';
+import { alarmedBackups } from '../src/state/backup-alarms.ts';
+import { CHANGED_SCHEMA } from '../machines/boot-reconcile.machine.ts';
 
 export interface SelfUpdateDeps {
   db: Kysely<DB>;
@@ -66,9 +68,9 @@ export class SelfUpdateReconciler {
     return this.d.settings.repository;
   }
 
+  /** The helper's whole bounded run (its init's wait included) and a grace: past it, the outcome gives up waiting. */
   private helperDeadline(): Date {
-    const wait = (this.d.settings.waitTimeoutSeconds ?? 300) * 1000;
-    return new Date(Date.now() + 2 * wait + (this.d.helperGraceMs ?? 120_000));
+    return new Date(Date.now() + helperBudgetMs(this.d.settings) + (this.d.helperGraceMs ?? 120_000));
   }
 
   /** Puts back what preflight changed, newest change first; finishes the audit row if one was written. */
@@ -148,7 +150,8 @@ export class SelfUpdateReconciler {
       // Before anything is changed; the backup's name goes on the row for the schema alarm.
       backupDatabase: fromPromise<string, { running: RunningImage; target: UpdateTarget }>(async ({ input }) => {
         const from = input.running.digest ?? input.running.imageId;
-        const b = await engine.backupDatabase(from, settings.backupsKeep ?? 5);
+        // Retention keeps the backups unresolved schema alarms name, whatever their age.
+        const b = await engine.backupDatabase(from, settings.backupsKeep ?? 5, await alarmedBackups(db, CHANGED_SCHEMA));
         await updateSelfUpdate(db, id, { backupFile: b.file });
         log.info({ backup: b.file, removed: b.removed }, `database backed up before the update: ${b.file}`);
         if (b.pruneProblem) log.warn({ backup: b.file }, `older database backups could not be removed: ${b.pruneProblem}`);

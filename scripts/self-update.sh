@@ -12,8 +12,9 @@
 #   1. backs up <compose-file> to <compose-file>.pre-update and installs <staged-compose-file>;
 #   2. when the compose file has a one-shot <service>-init (the schema migrations), runs it on the new
 #      image while the old <service> still serves: VERSION=<new-tag> docker compose -p <project>
-#      -f <compose-file> up -d <service>-init, then waits for it to exit; a failure counts as a
-#      failed switch (docs/adr/0029-migrations-before-the-switch.md);
+#      -f <compose-file> up -d <service>-init, then waits for it to exit, at most
+#      SELF_UPDATE_INIT_TIMEOUT seconds (default 900; the init is then removed, its transaction rolls
+#      back); a failure counts as a failed switch (docs/adr/0029-migrations-before-the-switch.md);
 #   3. switches: VERSION=<new-tag> docker compose -p <project> -f <compose-file> up -d --wait --wait-timeout 300 <service>,
 #      with INSTALLER_INIT_REPLICAS=0 so that the init that already ran is not run again while the
 #      backend is down; success: status ok, exit 0;
@@ -23,7 +24,8 @@
 # One switch, one rollback, no retries, no down-migrations; the rollback runs no migrations. The status file <work-dir>/.self-update-status
 # holds ok, rolled-back or failed: a breadcrumb for a human (the installer reconciles by digests).
 # A relative <compose-file> is taken in <work-dir>. SELF_UPDATE_WAIT_TIMEOUT replaces the 300 s
-# wait, for tests only. The backend reads the lines starting "self-update: status", "self-update:
+# wait, for tests only. Every docker call is bounded (`timeout`): the backend's deadline for this
+# helper is the sum of those bounds (src/adapters/self-update.ts, helperBudgetMs). The backend reads the lines starting "self-update: status", "self-update:
 # switch failed:" and "self-update: rollback failed:" from the container's output.
 set -u
 
@@ -44,6 +46,17 @@ wait_timeout=${SELF_UPDATE_WAIT_TIMEOUT:-300}
 case $wait_timeout in
   '' | *[!0-9]*) echo "self-update: SELF_UPDATE_WAIT_TIMEOUT must be a number of seconds" >&2; exit 2 ;;
 esac
+init_timeout=${SELF_UPDATE_INIT_TIMEOUT:-900}
+case $init_timeout in
+  '' | *[!0-9]*) echo "self-update: SELF_UPDATE_INIT_TIMEOUT must be a number of seconds" >&2; exit 2 ;;
+esac
+
+# bounded SECONDS CMD...: CMD, killed after SECONDS (exit 124) so that no step waits forever.
+bounded() {
+  limit=$1
+  shift
+  timeout -k 10 "$limit" "$@"
+}
 status_file=$work_dir/.self-update-status
 
 # Nothing has been touched yet: without the work dir there is nothing to switch.
@@ -62,7 +75,7 @@ write_status() {
 # ran before (migrate), and the rollback runs no migrations.
 up() {
   say "running: VERSION=$1 INSTALLER_INIT_REPLICAS=0 docker compose -p $project -f $compose_file up -d --wait --wait-timeout $wait_timeout $service"
-  { VERSION=$1 INSTALLER_INIT_REPLICAS=0 docker compose -p "$project" -f "$compose_file" up -d --wait --wait-timeout "$wait_timeout" "$service" 2>&1; echo "$?" >"$rc_file"; } | tee "$log"
+  { VERSION=$1 INSTALLER_INIT_REPLICAS=0 bounded $((wait_timeout + 120)) docker compose -p "$project" -f "$compose_file" up -d --wait --wait-timeout "$wait_timeout" "$service" 2>&1; echo "$?" >"$rc_file"; } | tee "$log"
   rc=$(cat "$rc_file")
 }
 
@@ -75,20 +88,28 @@ last_line() {
 # and, on failure, reason (rc 0 also when the file has no such service). Output: stdout and $log.
 migrate() {
   init=$service-init
-  if ! VERSION=$1 docker compose -p "$project" -f "$compose_file" config --services 2>/dev/null | grep -qx "$init"; then
+  if ! VERSION=$1 bounded 60 docker compose -p "$project" -f "$compose_file" config --services 2>/dev/null | grep -qx "$init"; then
     rc=0
     return
   fi
   say "running: VERSION=$1 docker compose -p $project -f $compose_file up -d $init"
-  { VERSION=$1 docker compose -p "$project" -f "$compose_file" up -d "$init" 2>&1; echo "$?" >"$rc_file"; } | tee "$log"
+  { VERSION=$1 bounded 120 docker compose -p "$project" -f "$compose_file" up -d "$init" 2>&1; echo "$?" >"$rc_file"; } | tee "$log"
   rc=$(cat "$rc_file")
   if [ "$rc" -ne 0 ]; then
     reason="$init not started, exit $rc: $(last_line)"
     return
   fi
-  id=$(VERSION=$1 docker compose -p "$project" -f "$compose_file" ps -a -q "$init")
-  code=$(docker wait "$id" 2>&1)
-  docker logs "$id" 2>&1 | tee "$log"
+  id=$(VERSION=$1 bounded 60 docker compose -p "$project" -f "$compose_file" ps -a -q "$init")
+  code=$(bounded "$init_timeout" docker wait "$id" 2>&1)
+  waited=$?
+  bounded 60 docker logs "$id" 2>&1 | tee "$log"
+  if [ "$waited" -eq 124 ] || [ "$waited" -eq 137 ]; then
+    # Removing the init ends its connection: Postgres rolls its migration transaction back.
+    bounded 60 docker rm -f "$id" >/dev/null 2>&1
+    rc=1
+    reason="$init did not exit within $init_timeout s (SELF_UPDATE_INIT_TIMEOUT) and was removed; its migrations were rolled back"
+    return
+  fi
   case $code in
     0) rc=0; say "$init exited 0 (schema migrated); $service not touched yet" ;;
     '' | *[!0-9]*) rc=1; reason="cannot wait for $init: $code" ;;

@@ -117,6 +117,8 @@ export const settingsSchema = z.object({
   INSTALLER_CONTAINER_NAME: z.string().min(1).default('installer-backend'),
   SELF_UPDATE_PREFLIGHT_TIMEOUT_SECONDS: positiveInt.max(3600, 'must be at most 3600').default(300),
   SELF_UPDATE_WAIT_TIMEOUT_SECONDS: positiveInt.max(3600, 'must be at most 3600').optional(),
+  /** How long the helper waits for the new image's migrations (its one-shot init); unset: 900 s. */
+  SELF_UPDATE_INIT_TIMEOUT_SECONDS: positiveInt.max(86_400, 'must be at most 86400').optional(),
   /** Database backups a self-update's preflight keeps (docs/adr/0032-backup-before-the-switch.md). */
   SELF_UPDATE_BACKUPS_KEEP: positiveInt.max(100, 'must be at most 100').default(5),
   /** Where the backend writes the backups of the embedded database (the backups volume's mount in the backend). */

@@ -90,6 +90,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     publishedComposeUrl: settings.PUBLISHED_COMPOSE_URL,
     publishedComposeSha256: settings.PUBLISHED_COMPOSE_SHA256,
     waitTimeoutSeconds: settings.SELF_UPDATE_WAIT_TIMEOUT_SECONDS,
+    initTimeoutSeconds: settings.SELF_UPDATE_INIT_TIMEOUT_SECONDS,
     backupsKeep: settings.SELF_UPDATE_BACKUPS_KEEP,
   };
   const selfUpdateEngine = opts.selfUpdateEngine ?? new DockerSelfUpdateEngine(docker, selfUpdateSettings, runtime, databaseBackupOf(database, docker, settings));

@@ -64,8 +64,25 @@ export interface SelfUpdateSettings {
   sourcesCa?: string | undefined;
   /** Test-only override of the helper's 300 s wait (SELF_UPDATE_WAIT_TIMEOUT in the helper). */
   waitTimeoutSeconds?: number | undefined;
+  /** How long the helper waits for the migrations of the new image (SELF_UPDATE_INIT_TIMEOUT in the helper); unset: HELPER_INIT_TIMEOUT_SECONDS. */
+  initTimeoutSeconds?: number | undefined;
   /** How many database backups preflight keeps (SELF_UPDATE_BACKUPS_KEEP, default 5). */
   backupsKeep?: number | undefined;
+}
+
+/** The helper's wait for the new image's one-shot init (the migrations) unless SELF_UPDATE_INIT_TIMEOUT_SECONDS says otherwise. */
+export const HELPER_INIT_TIMEOUT_SECONDS = 900;
+/**
+ * What the helper's other bounded steps may take beyond its two waits and the init's: asking
+ * compose for the services (60 s), starting the init (120 s), finding it (60 s), reading its output
+ * (60 s), removing it when it overran (60 s), and the create before each of the two `--wait`s
+ * (120 s each) (scripts/self-update.sh).
+ */
+export const HELPER_STEPS_SECONDS = 600;
+
+/** The longest the helper can run: its init's wait, two switch waits and every other bounded step. */
+export function helperBudgetMs(s: Pick<SelfUpdateSettings, 'waitTimeoutSeconds' | 'initTimeoutSeconds'>): number {
+  return ((s.initTimeoutSeconds ?? HELPER_INIT_TIMEOUT_SECONDS) + 2 * (s.waitTimeoutSeconds ?? 300) + HELPER_STEPS_SECONDS) * 1000;
 }
 
 /** `<staging-root>/self-update/docker-compose.yml`: `/var/lib/installer/staging/self-update/docker-compose.yml` by default. */
@@ -92,6 +109,8 @@ export function helperSpec(s: SelfUpdateSettings, target: { tag: string; digest:
   const env: string[] = [];
   if (stagedSha256) env.push(`SELF_UPDATE_STAGED_SHA256=${stagedSha256}`);
   if (s.waitTimeoutSeconds) env.push(`SELF_UPDATE_WAIT_TIMEOUT=${s.waitTimeoutSeconds}`);
+  // Always handed over: the backend's deadline for the helper counts this very wait.
+  env.push(`SELF_UPDATE_INIT_TIMEOUT=${s.initTimeoutSeconds ?? HELPER_INIT_TIMEOUT_SECONDS}`);
   return {
     name: HELPER_NAME,
     image: `${s.repository}:${target.tag}`,
@@ -240,8 +259,11 @@ export interface SelfUpdateEngine extends SelfUpdatePort {
   publishedComposeOf(channel: string, imageId: string): Promise<string>;
   /** The compose project and service labels of the backend's own container; null outside a container. */
   ownCompose(): Promise<{ project: string | null; service: string | null } | null>;
-  /** Dumps the installer's database into the backups volume and keeps the last `keep` (docs/adr/0032-backup-before-the-switch.md). */
-  backupDatabase(fromDigest: string | null, keep: number): Promise<BackupResult>;
+  /**
+   * Dumps the installer's database into the backups volume and keeps the last `keep` and the
+   * `alarmed` ones (docs/adr/0032-backup-before-the-switch.md).
+   */
+  backupDatabase(fromDigest: string | null, keep: number, alarmed?: readonly string[]): Promise<BackupResult>;
   /** Pulls `<repository>@<digest>` and returns the local image id. */
   pullByDigest(repository: string, digest: string): Promise<string>;
   /** The local image id a reference names, or null when there is none. */
@@ -253,6 +275,8 @@ export interface SelfUpdateEngine extends SelfUpdatePort {
   removeStaged(): Promise<void>;
   /** Force-removes a leftover helper; false when there was none. */
   removeHelper(): Promise<boolean>;
+  /** Kills a helper still running past its deadline and waits (bounded) until it has exited; its output stays readable. */
+  stopHelper(id: string | null, signal: AbortSignal): Promise<void>;
   /** Creates and starts the helper; returns its container id. */
   spawnHelper(spec: HelperSpec): Promise<string>;
   /** The helper container labelled with a request, if it exists; `created`: never started. */
@@ -281,9 +305,9 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
     private readonly databaseBackup: DatabaseBackup | null = null,
   ) {}
 
-  async backupDatabase(fromDigest: string | null, keep: number): Promise<BackupResult> {
+  async backupDatabase(fromDigest: string | null, keep: number, alarmed: readonly string[] = []): Promise<BackupResult> {
     if (!this.databaseBackup) throw new Error('no database backup is set up for this installer');
-    return this.databaseBackup.backup(fromDigest, keep);
+    return this.databaseBackup.backup(fromDigest, keep, alarmed);
   }
 
   /** Files read out of images, by image id and path; the oldest goes first once the cache is full. */
@@ -573,6 +597,21 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
       if (statusOf(err) === 404) return false;
       throw new Error(`cannot remove the leftover ${HELPER_NAME}: ${engineMessage(err)}`);
     }
+  }
+
+  async stopHelper(id: string | null, signal: AbortSignal): Promise<void> {
+    const c = this.docker.getContainer(id ?? HELPER_NAME);
+    const bounded = () => ({ abortSignal: AbortSignal.any([signal, AbortSignal.timeout(ENGINE_REQUEST_TIMEOUT_MS)]) }) as object;
+    try {
+      await c.kill(bounded());
+    } catch (err) {
+      // Gone, or exited in the meantime: nothing runs any more.
+      if (statusOf(err) === 404 || statusOf(err) === 409) return;
+      throw new Error(`cannot stop ${HELPER_NAME}: ${engineMessage(err)}`);
+    }
+    await c.wait(bounded()).catch((err: unknown) => {
+      if (statusOf(err) !== 404) throw new Error(`${HELPER_NAME} was killed but did not exit: ${engineMessage(err)}`);
+    });
   }
 
   async spawnHelper(spec: HelperSpec): Promise<string> {

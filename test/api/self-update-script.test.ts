@@ -40,7 +40,8 @@ beforeEach(() => {
       'case "$*" in',
       '  *" config --services") printf "%s\\n" $SERVICES; exit 0 ;;',
       '  *" ps -a -q backend-init") echo init-id; exit 0 ;;',
-      '  "wait init-id") echo "$INIT_EXIT"; exit 0 ;;',
+      '  "wait init-id") [ -z "$INIT_HANGS" ] || exec sleep 600; echo "$INIT_EXIT"; exit 0 ;;',
+      '  "rm -f init-id") exit 0 ;;',
       '  "logs init-id") echo "schema migrated"; [ "$INIT_EXIT" = 0 ] || echo "installer: migration failed: 0099_marker failed: boom" >&2; exit 0 ;;',
       '  *" up -d backend-init") echo " Container installer-backend-init  Started"; exit 0 ;;',
       'esac',
@@ -53,7 +54,7 @@ beforeEach(() => {
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
-function helper(opts: { failTags?: string; waitTimeout?: string; args?: string[]; services?: string; initExit?: number; stagedSha256?: string | null } = {}) {
+function helper(opts: { failTags?: string; waitTimeout?: string; args?: string[]; services?: string; initExit?: number; stagedSha256?: string | null; env?: Record<string, string> } = {}) {
   // As the backend hands it over: the digest of the file it staged (null: a backend that records none).
   const digest = opts.stagedSha256 === undefined ? sha256(NEW) : opts.stagedSha256;
   const calls = path.join(dir, 'calls');
@@ -67,6 +68,7 @@ function helper(opts: { failTags?: string; waitTimeout?: string; args?: string[]
       INIT_EXIT: String(opts.initExit ?? 0),
       ...(opts.waitTimeout ? { SELF_UPDATE_WAIT_TIMEOUT: opts.waitTimeout } : {}),
       ...(digest !== null ? { SELF_UPDATE_STAGED_SHA256: digest } : {}),
+      ...opts.env,
     },
     encoding: 'utf8',
   });
@@ -170,6 +172,19 @@ describe('self-update.sh', () => {
       switchFailure: 'backend-init exited 3 before the switch: installer: migration failed: 0099_marker failed: boom',
       rollbackFailure: null,
     });
+  });
+
+  it('a one-shot init that does not exit within SELF_UPDATE_INIT_TIMEOUT is removed and counts as a failed switch', () => {
+    const started = Date.now();
+    const r = helper({ services: 'postgres backend-init backend', env: { INIT_HANGS: '1', SELF_UPDATE_INIT_TIMEOUT: '1' } });
+    // Bounded by the init's timeout, not by the stand-in's ten-minute hang.
+    expect(Date.now() - started).toBeLessThan(60_000);
+    expect(r.code, r.out).toBe(0);
+    expect(r.status).toBe('rolled-back\n');
+    expect(r.calls.map((c) => c[3])).toContain('rm -f init-id');
+    expect(r.calls.filter((c) => c[3]!.includes('--wait')).map((c) => c[0])).toEqual(['rollback INSTALLER_INIT_REPLICAS=0']);
+    expect(parseHelperLog(r.out).switchFailure).toBe('backend-init did not exit within 1 s (SELF_UPDATE_INIT_TIMEOUT) and was removed; its migrations were rolled back');
+    expect(helper({ env: { SELF_UPDATE_INIT_TIMEOUT: 'later' } }).code).toBe(2);
   });
 
   it('checks the staged file against the digest recorded when it was staged, and installs the copy it checked', () => {

@@ -120,7 +120,7 @@ describe('POST /api/system/self-update', () => {
     // The database backup, before anything is changed, named after the build it was taken from.
     expect(e.calls.indexOf('publishedComposeFile')).toBeLessThan(e.calls.indexOf('backupDatabase'));
     expect(e.calls.indexOf('backupDatabase')).toBeLessThan(e.calls.indexOf('tag:rollback'));
-    expect(e.backups).toEqual([{ file: expect.stringMatching(/^installer-\d{8}T\d{9}Z-sha256-old\.dump$/), fromDigest: 'sha256:old', keep: 5 }]);
+    expect(e.backups).toEqual([{ file: expect.stringMatching(/^installer-\d{8}T\d{9}Z-sha256-old\.dump$/), fromDigest: 'sha256:old', keep: 5, alarmed: [] }]);
     expect((await listSelfUpdates(t.db.database.db))[0]!.backupFile).toBe(e.backups[0]!.file);
     expect(e.helpers).toHaveLength(1);
     expect(e.helpers[0]!.spec).toEqual({
@@ -129,7 +129,7 @@ describe('POST /api/system/self-update', () => {
       cmd: ['sh', '/usr/src/app/scripts/self-update.sh', 'installer', '/opt/installer', 'docker-compose.yml', '/var/tmp/installer/self-update/docker-compose.yml', 'rollback', 'dev-latest', 'backend'],
       binds: ['/var/run/docker.sock:/var/run/docker.sock', '/opt/installer:/opt/installer', '/var/tmp/installer:/var/tmp/installer'],
       // The digest recorded when the file was staged, which the helper checks before installing it.
-      env: [`SELF_UPDATE_STAGED_SHA256=${sha256Of(e.published as string)}`, 'SELF_UPDATE_WAIT_TIMEOUT=45'],
+      env: [`SELF_UPDATE_STAGED_SHA256=${sha256Of(e.published as string)}`, 'SELF_UPDATE_WAIT_TIMEOUT=45', 'SELF_UPDATE_INIT_TIMEOUT=900'],
       labels: expect.objectContaining({ 'io.installer.self-update.target': 'sha256:new' }),
     });
     expect((await listSelfUpdates(t.db.database.db))[0]!.stagedComposeSha256).toBe(sha256Of(e.staged!));
@@ -353,6 +353,27 @@ describe('reconciling the outcome', () => {
     second = await startSelfUpdateApp({ db, engine, runtime });
     return second;
   }
+
+  it('a helper still running at its deadline is stopped, its output kept in the transcript, then removed', async () => {
+    const { engine, requestId } = await startUpdate();
+    // The deadline counts the helper's whole bounded run: the init's 900 s, two 300 s waits, its other steps, and the grace.
+    const row = (await getSelfUpdate(db.database.db, requestId))!;
+    const budget = (900 + 2 * 300 + 600) * 1000 + 120_000;
+    expect(Date.parse(String(row.helperDeadline)) - Date.parse(String(row.createdAt))).toBeGreaterThan(budget - 60_000);
+    expect(Date.parse(String(row.helperDeadline)) - Date.now()).toBeLessThanOrEqual(budget);
+    expect(engine.helpers[0]!.spec.env).toContain('SELF_UPDATE_INIT_TIMEOUT=900');
+    engine.outputs.set(engine.helpers[0]!.id, ['self-update: running: VERSION=dev-latest docker compose -p installer -f docker-compose.yml up -d backend-init']);
+    await sql`update self_update_status set helper_deadline = now() - interval '1 second' where request_id = ${requestId}`.execute(db.database.db);
+    const t = await boot(engine, 'sha256:old', 'img-old', `${REPO}:rollback`);
+    const last = await eventually(async () => ((await check(t)).lastUpdate.status !== 'started' ? (await check(t)).lastUpdate : null), 'an outcome');
+    expect(last.status).toBe('rolled-back');
+    expect(String(last.detail)).toContain('the helper installer-self-updater was still running at its deadline');
+    expect(engine.stopped).toEqual(['helper-1']);
+    // Removed only after its output went into the transcript.
+    expect(engine.calls.indexOf('stopHelper')).toBeLessThan(engine.calls.indexOf('helperOutput'));
+    expect(engine.calls.lastIndexOf('removeHelper')).toBeGreaterThan(engine.calls.indexOf('helperOutput'));
+    expect(engine.helpers).toEqual([]);
+  });
 
   it('completed: the new backend runs the target digest once the helper exited 0', async () => {
     const { engine, requestId } = await startUpdate();

@@ -112,12 +112,12 @@ export class FakeEngine implements SelfUpdateEngine {
     this.check('ownCompose');
     return this.own;
   }
-  /** Database backups taken, by name, and the `keep` each was asked for. */
-  backups: { file: string; fromDigest: string | null; keep: number }[] = [];
-  async backupDatabase(fromDigest: string | null, keep: number): Promise<BackupResult> {
+  /** Database backups taken, by name, and the `keep` and the alarmed backups each was asked to keep. */
+  backups: { file: string; fromDigest: string | null; keep: number; alarmed: readonly string[] }[] = [];
+  async backupDatabase(fromDigest: string | null, keep: number, alarmed: readonly string[] = []): Promise<BackupResult> {
     this.check('backupDatabase');
     const file = `installer-20260101T000000${String(this.backups.length).padStart(3, '0')}Z-${(fromDigest ?? 'unknown').replace(':', '-')}.dump`;
-    this.backups.push({ file, fromDigest, keep });
+    this.backups.push({ file, fromDigest, keep, alarmed });
     return { file, removed: [], pruneProblem: null };
   }
   async pullByDigest(_repository: string, digest: string): Promise<string> {
@@ -157,6 +157,14 @@ export class FakeEngine implements SelfUpdateEngine {
     this.helpers = this.helpers.filter((h) => h.spec.name !== 'installer-self-updater');
     return this.helpers.length < before;
   }
+  /** Helpers killed past their deadline, by id. */
+  stopped: (string | null)[] = [];
+  async stopHelper(id: string | null): Promise<void> {
+    this.check('stopHelper');
+    this.stopped.push(id);
+    const h = this.helpers.find((x) => x.id === id);
+    if (h?.running) h.finish({ state: 'exited', exitCode: 137, status: null, switchFailure: null, rollbackFailure: null });
+  }
   async spawnHelper(spec: HelperSpec): Promise<string> {
     this.check('spawnHelper');
     let finish!: (e: HelperExit) => void;
@@ -195,7 +203,12 @@ export class FakeEngine implements SelfUpdateEngine {
     if (!exited) return { state: 'missing', exitCode: null, status: null, switchFailure: null, rollbackFailure: null };
     return new Promise<HelperExit>((resolve, reject) => {
       opts.signal.addEventListener('abort', () => reject(new Error('stopped waiting for the helper')), { once: true });
-      void exited.then(resolve);
+      // As the engine's wait: still running at the deadline is `timed-out`.
+      const timer = opts.deadline ? setTimeout(() => resolve({ state: 'timed-out', exitCode: null, status: null, switchFailure: null, rollbackFailure: null }), Math.max(0, opts.deadline.getTime() - Date.now())) : undefined;
+      void exited.then((e) => {
+        clearTimeout(timer);
+        resolve(e);
+      });
     });
   }
 }
