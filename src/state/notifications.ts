@@ -2,8 +2,9 @@
 // sealed with the encryption key) and the outbox, one row per event per endpoint. An event is
 // queued in the transaction of the change that caused it, so it is never lost nor invented by a
 // crash; the notifications reconciler claims due rows with FOR UPDATE SKIP LOCKED and records
-// each attempt on the row. An event is queued at most once per endpoint (unique event id).
-import { randomBytes, randomUUID } from 'node:crypto';
+// each attempt on the row. An event is queued at most once per endpoint (unique event id), under a
+// key derived from the endpoint and the event, and each endpoint's events go out in their order.
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { DB } from '../db/schema.ts';
 import type { Actor } from '../auth/actor.ts';
@@ -28,18 +29,47 @@ export interface NotificationInput {
 }
 
 /**
+ * The delivery key (`x-installer-delivery`) of an event for one endpoint: derived from both ids, so
+ * an event recorded again (observed again after a restore, say) carries the key it had the first
+ * time and the receiver's deduplication holds. The first 16 bytes of SHA-256, as a version-8 UUID.
+ */
+export function deliveryKey(endpointId: string, eventId: string): string {
+  const b = createHash('sha256').update(`${endpointId}\n${eventId}`).digest().subarray(0, 16);
+  b[6] = (b[6]! & 0x0f) | 0x80;
+  b[8] = (b[8]! & 0x3f) | 0x80;
+  const h = b.toString('hex');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+/**
+ * Held from an event's insert to its commit: outbox ids then follow the order in which events are
+ * committed, so sending each endpoint's rows in id order sends them in the order they happened
+ * (an earlier id can never become visible after a later one was sent).
+ */
+async function lockOutboxOrder(db: Conn): Promise<void> {
+  await sql`select pg_advisory_xact_lock(hashtext('installer.notification-outbox'))`.execute(db);
+}
+
+/**
  * Queues the event for every enabled endpoint and wakes the delivery loop (at commit). Call it with
  * the transaction that writes the change the event reports. Returns how many rows were queued.
  */
 export async function enqueueNotification(db: Conn, n: NotificationInput): Promise<number> {
-  const body: NotificationBody = { id: n.eventId, type: n.type, occurredAt: new Date().toISOString(), data: n.data };
-  const res = await sql<{ id: string }>`
-    insert into notification_outbox (endpoint_id, event_id, idempotency_key, event_type, body)
-    select id, ${n.eventId}, gen_random_uuid(), ${n.type}, ${JSON.stringify(body)} from webhook_endpoints where enabled
-    on conflict (endpoint_id, event_id) do nothing
-    returning id`.execute(db);
-  if (res.rows.length) await sql`select pg_notify(${NOTIFICATIONS_CHANNEL}, ${n.eventId})`.execute(db);
-  return res.rows.length;
+  const write = async (tx: Conn) => {
+    await lockOutboxOrder(tx);
+    const endpoints = await tx.selectFrom('webhook_endpoints').select('id').where('enabled', '=', true).orderBy('id').execute();
+    if (!endpoints.length) return 0;
+    const body: NotificationBody = { id: n.eventId, type: n.type, occurredAt: new Date().toISOString(), data: n.data };
+    const res = await tx
+      .insertInto('notification_outbox')
+      .values(endpoints.map((e) => ({ endpoint_id: e.id, event_id: n.eventId, idempotency_key: deliveryKey(e.id, n.eventId), event_type: n.type, body: JSON.stringify(body) })))
+      .onConflict((oc) => oc.columns(['endpoint_id', 'event_id']).doNothing())
+      .returning('id')
+      .execute();
+    if (res.length) await sql`select pg_notify(${NOTIFICATIONS_CHANNEL}, ${n.eventId})`.execute(tx);
+    return res.length;
+  };
+  return db.isTransaction ? write(db) : db.transaction().execute(write);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -169,7 +199,8 @@ export async function enqueueTest(db: Kysely<DB>, id: string, actor: Actor): Pro
     const ep = await tx.selectFrom('webhook_endpoints').select(['id', 'url']).where('id', '=', id).executeTakeFirst();
     if (!ep) throw notFound(`no webhook endpoint ${id}`);
     const eventId = `test:${randomUUID()}`;
-    const idempotencyKey = randomUUID();
+    const idempotencyKey = deliveryKey(id, eventId);
+    await lockOutboxOrder(tx);
     const body: NotificationBody = { id: eventId, type: 'test', occurredAt: new Date().toISOString(), data: { endpointId: id, requestedBy: actor.id } };
     await tx
       .insertInto('notification_outbox')
@@ -238,6 +269,14 @@ export async function listDeliveries(db: Conn, opts: { limit: number; endpointId
   }));
 }
 
+/**
+ * The row is the oldest its endpoint is still owed: each endpoint's events go out in their order,
+ * a later one only once every earlier one is delivered or has failed for good.
+ */
+const firstOwed = sql<boolean>`not exists (
+  select 1 from notification_outbox p
+  where p.endpoint_id = o.endpoint_id and p.id < o.id and p.delivered_at is null and p.failed_at is null)`;
+
 export interface ClaimedDelivery {
   id: string;
   url: string;
@@ -250,7 +289,7 @@ export interface ClaimedDelivery {
 }
 
 /**
- * Claims the next due delivery of an enabled endpoint: counts the attempt and moves its next
+ * Claims the next due delivery of an enabled endpoint, the first it is owed: counts the attempt and moves its next
  * attempt `leaseMs` ahead, so no other worker takes it while this one sends. A worker killed
  * mid-send leaves the row due again once the lease has run out (the receiver may then see the
  * same key twice: that is what the key is for).
@@ -265,6 +304,7 @@ export async function claimNextDelivery(db: Kysely<DB>, leaseMs: number): Promis
       .where('o.failed_at', 'is', null)
       .where('o.next_attempt_at', '<=', sql<Date>`now()`)
       .where('e.enabled', '=', true)
+      .where(firstOwed)
       .orderBy('o.next_attempt_at')
       .orderBy('o.id')
       .limit(1)
@@ -309,7 +349,7 @@ export async function markAttemptFailed(db: Conn, id: string, f: { status: numbe
   return !!row?.failed_at;
 }
 
-/** Milliseconds until the next delivery of an enabled endpoint is due (0 if one is due), or null when none is owed. */
+/** Milliseconds until the next claimable delivery (the first an enabled endpoint is owed) is due (0 if one is due), or null when none is owed. */
 export async function nextDeliveryInMs(db: Conn): Promise<number | null> {
   const r = await db
     .selectFrom('notification_outbox as o')
@@ -318,6 +358,7 @@ export async function nextDeliveryInMs(db: Conn): Promise<number | null> {
     .where('o.delivered_at', 'is', null)
     .where('o.failed_at', 'is', null)
     .where('e.enabled', '=', true)
+    .where(firstOwed)
     .executeTakeFirst();
   return r?.ms === null || r?.ms === undefined ? null : Math.max(0, Number(r.ms));
 }
