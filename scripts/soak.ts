@@ -475,6 +475,12 @@ async function main(): Promise<number> {
       await sleep(1_000);
     }
     check('still nothing in flight after them', last.jobs === 0 && last.updates === 0 && last.runs === 0, `jobs ${last.jobs}, self-updates ${last.updates}, reconcile runs ${last.runs}`);
+    if (last.runs > 0) {
+      const runs = await s.query<Record<string, unknown>>(`
+        select worker, request_id, started_at, updated_at, snapshot->>'value' as state, snapshot->'context'->>'lastError' as last_error
+        from reconcile_runs where finished_at is null order by started_at`);
+      for (const r of runs) out(`  unfinished reconcile run: ${JSON.stringify(r)}`);
+    }
 
     // Every action audited once, none left `started`.
     const jobsAudit = await s.query<{ job_id: string; kind: string; phase: string; audits: number }>(`
@@ -491,17 +497,18 @@ async function main(): Promise<number> {
     check('no audit row left started', open!.n === 0, `${open!.n} started`);
 
     // Job events: 1..n, no gap, no repeat, one `finished` for every ended job.
-    const events = await s.query<{ job_id: string; n: number; max: number; distinct_seq: number; finished: number; phase: string }>(`
-      select e.job_id, count(*)::int as n, max(e.seq)::int as max, count(distinct e.seq)::int as distinct_seq,
-             count(*) filter (where e.type = 'finished')::int as finished, s.phase
-      from deployment_job_events e join deployment_job_status s using (job_id) group by e.job_id, s.phase`);
+    const events = await s.query<{ job_id: string; kind: string; n: number; max: number; distinct_seq: number; finished: number; phase: string; missing: number[] }>(`
+      select e.job_id, j.kind, count(*)::int as n, max(e.seq)::int as max, count(distinct e.seq)::int as distinct_seq,
+             count(*) filter (where e.type = 'finished')::int as finished, s.phase,
+             (select coalesce(json_agg(g), '[]') from generate_series(1, max(e.seq)) g where g not in (select seq from deployment_job_events x where x.job_id = e.job_id)) as missing
+      from deployment_job_events e join deployment_job_status s using (job_id) join deployment_jobs j using (job_id) group by e.job_id, j.kind, s.phase`);
     const badEvents = events.filter((e) => e.n !== e.max || e.distinct_seq !== e.n || (['completed', 'failed'].includes(e.phase) && e.finished !== 1));
     check('job events contiguous, none repeated, one finished per ended job', badEvents.length === 0, `${events.length} jobs, ${events.reduce((a, e) => a + e.n, 0)} events; bad: ${JSON.stringify(badEvents.slice(0, 5))}`);
 
-    // Webhooks: every event delivered, once by key, in order.
+    // Webhooks: every event delivered, once by key, in order (of the bigint id: `order by id` would sort its text).
     const rows = await s.query<{ id: string; event_id: string; idempotency_key: string; delivered: boolean; failed: boolean }>(`
       select id::text, event_id, idempotency_key::text, delivered_at is not null as delivered, failed_at is not null as failed
-      from notification_outbox where endpoint_id = '${endpointId}' order by id`);
+      from notification_outbox where endpoint_id = '${endpointId}' order by notification_outbox.id`);
     const accepted = new Map<string, Hit>();
     for (const h of receiver.hits) if (h.answered === 200 && !accepted.has(h.key)) accepted.set(h.key, h);
     const notDelivered = rows.filter((r) => !r.delivered);
@@ -517,6 +524,15 @@ async function main(): Promise<number> {
     const firstArrival = rows.filter((r) => accepted.has(r.idempotency_key)).map((r) => ({ id: Number(r.id), at: accepted.get(r.idempotency_key)!.at }));
     const outOfOrder = firstArrival.filter((a, i) => i > 0 && a.at < firstArrival[i - 1]!.at);
     check('webhook events accepted in their order', outOfOrder.length === 0, `${outOfOrder.length} accepted before an earlier event`);
+    if (outOfOrder.length) {
+      const detail = await s.query<Record<string, unknown>>(`
+        select id::text, event_id, created_at, delivered_at, attempts, last_error from notification_outbox where endpoint_id = '${endpointId}' order by notification_outbox.id`);
+      for (const r of detail) {
+        const key = rows.find((x) => x.id === r.id)?.idempotency_key;
+        const hits = receiver.hits.filter((h) => h.key === key).map((h) => `${new Date(h.at).toISOString().slice(11, 23)} ${h.answered}`);
+        out(`  outbox ${JSON.stringify(r)} received: ${hits.join(', ')}`);
+      }
+    }
     const byType = new Map<string, number>();
     for (const h of accepted.values()) byType.set(h.type, (byType.get(h.type) ?? 0) + 1);
     f.backendBackMs.sort((a, b) => a - b);
