@@ -5,6 +5,7 @@
 // after their cursor when woken: a notification carries no event, so none can be lost or repeated.
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { DB } from '../db/schema.ts';
+import { isDatabaseUnavailable } from '../errors.ts';
 
 /** The channel a batch of stored events is announced on; the payload is `jobId:seq` (the highest seq stored) for each job in it, space-separated. */
 export const JOB_EVENTS_CHANNEL = 'job_events';
@@ -38,6 +39,8 @@ export interface JobEventLogOptions {
   scrub?: (s: string) => string;
   memoryRetentionMs: number;
   memoryEventsPerJob?: number;
+  /** How long a batch is tried again while the database cannot be reached (default 60 s). */
+  storeRetryMs?: number;
   now?: () => number;
 }
 
@@ -114,18 +117,7 @@ export class JobEventLog {
         const newest = new Map<string, number>();
         for (const { record: r } of batch) newest.set(r.jobId, Math.max(newest.get(r.jobId) ?? 0, r.seq));
         try {
-          // One statement (one round trip): the insert, and the notice Postgres delivers at its
-          // commit, so a process that hears it finds the rows.
-          const notice = [...newest].map(([jobId, seq]) => `${jobId}:${seq}`).join(' ');
-          await this.db
-            .with('stored', (q) =>
-              q
-                .insertInto('deployment_job_events')
-                .values(batch.map(({ record: r }) => ({ job_id: r.jobId, seq: r.seq, type: r.type, payload: JSON.stringify(r.payload), at: r.at })))
-                .returning('seq'),
-            )
-            .selectNoFrom(sql<string>`pg_notify(${JOB_EVENTS_CHANNEL}, ${notice})`.as('notified'))
-            .execute();
+          await this.store(batch.map((p) => p.record), newest);
         } catch (err) {
           for (const p of batch) p.reject(err);
           continue;
@@ -138,6 +130,36 @@ export class JobEventLog {
       }
     } finally {
       this.flushing = null;
+    }
+  }
+
+  /**
+   * Writes a batch in one statement (one round trip): the insert, and the notice Postgres delivers
+   * at its commit, so a process that hears it finds the rows. While the database cannot be reached
+   * (a restart) the batch is tried again, for up to `storeRetryMs`: its seqs are taken, and a batch
+   * dropped would leave a hole in the job's output. A retry after a commit whose answer was lost
+   * finds its rows there and writes nothing twice.
+   */
+  private async store(records: JobEventRecord[], newest: Map<string, number>): Promise<void> {
+    const notice = [...newest].map(([jobId, seq]) => `${jobId}:${seq}`).join(' ');
+    const until = Date.now() + (this.opts.storeRetryMs ?? 60_000);
+    for (let delay = 100; ; delay = Math.min(delay * 2, 5_000)) {
+      try {
+        await this.db
+          .with('stored', (q) =>
+            q
+              .insertInto('deployment_job_events')
+              .values(records.map((r) => ({ job_id: r.jobId, seq: r.seq, type: r.type, payload: JSON.stringify(r.payload), at: r.at })))
+              .onConflict((oc) => oc.columns(['job_id', 'seq']).doNothing())
+              .returning('seq'),
+          )
+          .selectNoFrom(sql<string>`pg_notify(${JOB_EVENTS_CHANNEL}, ${notice})`.as('notified'))
+          .execute();
+        return;
+      } catch (err) {
+        if (!isDatabaseUnavailable(err) || Date.now() + delay > until) throw err;
+        await new Promise((r) => setTimeout(r, delay));
+      }
     }
   }
 

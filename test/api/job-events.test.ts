@@ -4,6 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { JobEventLog } from '../../src/state/job-events.ts';
 import { createJob } from '../../src/state/jobs.ts';
+import pg from 'pg';
+import { eventually } from '../helpers/shared/eventually.ts';
 
 let t: TestApp;
 beforeAll(async () => {
@@ -47,6 +49,36 @@ describe('job event retention', () => {
     const replayed: number[] = [];
     for (let cursor = 0, page = await seqsOf(0, 2); page.length; cursor = page.at(-1)!, page = await seqsOf(cursor, 2)) replayed.push(...page);
     expect(replayed).toEqual(seqs);
+  });
+
+  it('keeps a batch whose insert lost its connection (a database restart) and stores it once the database answers', async () => {
+    const db = t.db.database.db;
+    const jobId = await createJob(db, { kind: 'stop', params: {}, actor: { id: 'operator' } });
+    const log = new JobEventLog(db, { memoryRetentionMs: 60_000, storeRetryMs: 30_000 });
+    await log.open(jobId);
+    await log.append(jobId, 'output', { line: 'before' });
+    // Another session holds the table, so the next insert waits on it; that insert's connection is
+    // then ended the way a restart of Postgres ends it (57P01), and the table let go.
+    const holder = new pg.Client({ connectionString: t.db.url });
+    await holder.connect();
+    try {
+      await holder.query('begin');
+      await holder.query('lock table deployment_job_events in access exclusive mode');
+      const during = log.append(jobId, 'output', { line: 'during' });
+      const after = log.append(jobId, 'output', { line: 'after' });
+      const pid = await eventually(async () => {
+        const r = await holder.query<{ pid: number }>(`select pid from pg_stat_activity where wait_event_type = 'Lock' and query like '%deployment_job_events%' and pid <> pg_backend_pid()`);
+        return r.rows[0]?.pid;
+      }, 'the insert to wait on the lock');
+      await holder.query('select pg_terminate_backend($1)', [pid]);
+      await holder.query('rollback');
+      expect((await during).seq).toBe(2);
+      expect((await after).seq).toBe(3);
+    } finally {
+      await holder.end();
+    }
+    const rows = await db.selectFrom('deployment_job_events').select(['seq', 'payload']).where('job_id', '=', jobId).orderBy('seq').execute();
+    expect(rows.map((r) => [r.seq, (r.payload as { line: string }).line])).toEqual([[1, 'before'], [2, 'during'], [3, 'after']]);
   });
 
   it('scrubs the installer secrets from every string of a payload', async () => {
