@@ -12,6 +12,7 @@ import { getSetting } from '../src/state/settings.ts';
 import { engineUnreachable, parsePullProgress, runCompose, type ComposeRun } from '../src/adapters/compose-cli.ts';
 import type { InstallerEnv, PlatformFiles } from '../src/adapters/platform-files.ts';
 import { isComposeProcessOf, terminateGroup } from '../src/adapters/processes.ts';
+import { done, type ReconcileResult } from './runtime/reconcile.ts';
 import { runJob, type ChartPlan, type JobIO, type JobRunDeps, type RunningJobs } from './runtime/job-run.ts';
 
 export interface ComposeJobDeps extends JobRunDeps {
@@ -46,10 +47,12 @@ export class ComposeJobReconciler {
   constructor(private readonly d: ComposeJobDeps, private readonly running: RunningJobs) {}
 
   /** Runs the claimed job `jobId` to its end (re-read here: the row is the truth). */
-  async reconcile(jobId: string): Promise<void> {
+  async reconcile(jobId: string, signal?: AbortSignal): Promise<ReconcileResult> {
     const job = await getJob(this.d.db, jobId);
-    if (!job || job.phase !== 'running') return;
-    await runJob(this.d, job, this.running, (io) => this.plan(job, io));
+    // A job whose end is being recorded (a retry) is no longer running, and goes on all the same.
+    if (!job || (job.phase !== 'running' && !this.running.ending(jobId))) return done();
+    await runJob(this.d, job, this.running, (io) => this.plan(job, io), signal);
+    return done();
   }
 
   /** A restart left a compose run of ours behind: end it before the job is closed as interrupted. */

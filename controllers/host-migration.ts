@@ -5,6 +5,7 @@ import { fromCallback, type EventObject } from 'xstate';
 import { hostMigrationMachine, HOST_MIGRATION_CHART_VERSION } from '../machines/host-migration.machine.ts';
 import type { HostRunner, HostRun } from '../src/adapters/host-runner.ts';
 import { getJob } from '../src/state/jobs.ts';
+import { done, type ReconcileResult } from './runtime/reconcile.ts';
 import { runJob, type ChartPlan, type JobIO, type JobRunDeps, type RunningJobs } from './runtime/job-run.ts';
 
 export interface HostMigrationDeps extends JobRunDeps {
@@ -18,10 +19,12 @@ export class HostMigrationReconciler {
 
   constructor(private readonly d: HostMigrationDeps, private readonly running: RunningJobs) {}
 
-  async reconcile(jobId: string): Promise<void> {
+  async reconcile(jobId: string, signal?: AbortSignal): Promise<ReconcileResult> {
     const job = await getJob(this.d.db, jobId);
-    if (!job || job.phase !== 'running') return;
-    await runJob(this.d, job, this.running, (io) => this.plan(io));
+    // A job whose end is being recorded (a retry) is no longer running, and goes on all the same.
+    if (!job || (job.phase !== 'running' && !this.running.ending(jobId))) return done();
+    await runJob(this.d, job, this.running, (io) => this.plan(io), signal);
+    return done();
   }
 
   private plan(io: JobIO): ChartPlan {

@@ -1,14 +1,14 @@
-// The controllers of one process: one reconciler per kind on the shared runtime. Job kinds run one
-// at a time through one claim loop (compose jobs and the host migration never overlap); cancels,
-// self-update requests, the self-update outcome, webhook deliveries and the update policy each have
-// their own. Reconcilers never import one another: they meet only in the database (rows, and NOTIFY
+// The controllers of one process: one reconciler per kind on the shared runtime (runtime/work-queue.ts,
+// docs/adr/0042-reconcile-contract.md). Job kinds run one at a time through one queue (compose jobs
+// and the host migration never overlap); cancels, self-update requests, the self-update outcome,
+// webhook deliveries and the update policy each have their own. Reconcilers never import one another: they meet only in the database (rows, and NOTIFY
 // to wake each other).
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { DB } from '../src/db/schema.ts';
-import { JOB_KINDS, QUEUED_KINDS } from '../src/contracts/job-kinds.ts';
+import { JOB_KINDS, QUEUED_KINDS, type JobKind } from '../src/contracts/job-kinds.ts';
 import type { RuntimePort } from '../src/contracts/ports.ts';
-import { claimNextJob, JOBS_CHANNEL } from '../src/state/jobs.ts';
+import { claimNextJob, JOBS_CHANNEL, overdueJobs } from '../src/state/jobs.ts';
 import { SELF_UPDATE_CHANNEL } from '../src/state/self-update.ts';
 import { OBSERVED_WRITTEN_CHANNEL } from '../src/state/observed.ts';
 import { UPDATE_POLICY_CHANNEL } from '../src/state/update-policy.ts';
@@ -17,8 +17,11 @@ import type { Sealer } from '../src/state/platform-config.ts';
 import type { HostRunner } from '../src/adapters/host-runner.ts';
 import type { InstallerEnv, PlatformFiles } from '../src/adapters/platform-files.ts';
 import type { SelfUpdateEngine, SelfUpdateSettings } from '../src/adapters/self-update.ts';
-import { ClaimLoop, sharedListen, type Listen } from './runtime/claim-loop.ts';
-import { closeInterruptedJobs, mirrorLogger, RunningJobs } from './runtime/job-run.ts';
+import { sharedListen, type Listen } from './runtime/claim-loop.ts';
+import { closeInterruptedJobs, jobRowStatus, mirrorLogger, RunningJobs } from './runtime/job-run.ts';
+import { WorkQueue } from './runtime/work-queue.ts';
+import { DEFAULT_BACKOFF, done, type Backoff, type RowStatus } from './runtime/reconcile.ts';
+import { hungMessage } from '../machines/job.machine.ts';
 import { ComposeJobReconciler } from './compose-job.ts';
 import { HostMigrationReconciler } from './host-migration.ts';
 import { CancelJobReconciler } from './cancel-job.ts';
@@ -63,6 +66,10 @@ export interface ControllersDeps {
   };
   /** Webhook deliveries (docs/notifications.md); the endpoints' secrets are opened with `jobs.sealer`. */
   notifications: { timeoutMs: number; retry: RetryPolicy; scrub?: (text: string) => string };
+  /** Retries of a reconcile that threw (docs/adr/0042-reconcile-contract.md). */
+  backoff?: Backoff;
+  /** How often the watchdog looks for rows past their deadline. */
+  watchdogMs?: number;
   /** The update policy's clock, its backstop poll and its notification hook. */
   updatePolicy?: Pick<UpdatePolicyDeps, 'now' | 'onUpdateAvailable'> & { pollMs?: number };
 }
@@ -78,14 +85,14 @@ export class Controllers {
   private readonly hostMigration: HostMigrationReconciler;
   private readonly selfUpdate: SelfUpdateReconciler;
   private readonly outcome: SelfUpdateOutcomeReconciler;
-  private readonly jobLoop: ClaimLoop<string>;
-  private readonly cancelLoop: ClaimLoop<string>;
-  private readonly updateLoop: ClaimLoop<string>;
-  private readonly outcomeLoop: ClaimLoop<never>;
+  private readonly jobQueue: WorkQueue<string>;
+  private readonly cancelQueue: WorkQueue<string>;
+  private readonly updateQueue: WorkQueue<string>;
+  private readonly outcomeQueue: WorkQueue<null>;
   private readonly notifications: NotificationsReconciler;
-  private readonly notifyLoop: ClaimLoop<ClaimedDelivery>;
+  private readonly notifyQueue: WorkQueue<ClaimedDelivery>;
   private readonly policy: UpdatePolicyReconciler;
-  private readonly policyLoop: ClaimLoop<never>;
+  private readonly policyQueue: WorkQueue<null>;
   /** The one writer of observed state; tests start it alone (it claims nothing, see its file). */
   readonly observer: Observer;
   private sweeper: NodeJS.Timeout | undefined;
@@ -97,86 +104,104 @@ export class Controllers {
     const jobLog = d.logger.child({ controller: 'jobs' });
     const updateLog = d.logger.child({ controller: 'self-update' });
     const jobDeps = { db: d.db, events: d.events, logger: jobLog, mirror: mirrorLogger(jobLog), ...d.jobs };
+    const hungMs = d.jobs.hungMinutes * 60_000;
+    const backoff = d.backoff ?? DEFAULT_BACKOFF;
+    const watchdogMs = d.watchdogMs ?? 30_000;
     this.running = new RunningJobs(d.db);
     this.observer = new Observer({ db: d.db, listen, logger: d.logger, ...d.observe });
     this.composeJob = new ComposeJobReconciler(jobDeps, this.running);
     this.hostMigration = new HostMigrationReconciler(jobDeps, this.running);
-    const cancel = new CancelJobReconciler({ db: d.db, events: d.events, signal });
-    this.selfUpdate = new SelfUpdateReconciler({ db: d.db, logger: updateLog, workerId: d.workerId, signal, ...d.selfUpdate });
+    const cancel = new CancelJobReconciler({ db: d.db, events: d.events, hungMinutes: d.jobs.hungMinutes });
+    this.selfUpdate = new SelfUpdateReconciler({ db: d.db, logger: updateLog, workerId: d.workerId, signal, hungMinutes: d.jobs.hungMinutes, ...d.selfUpdate });
     this.outcome = new SelfUpdateOutcomeReconciler({
       db: d.db, logger: updateLog, workerId: d.workerId, signal, engine: d.selfUpdate.engine, runtime: d.selfUpdate.runtime,
       repository: d.selfUpdate.settings.repository, ...(d.selfUpdate.retryMs !== undefined ? { retryMs: d.selfUpdate.retryMs } : {}),
       ...(d.selfUpdate.scrub ? { scrub: d.selfUpdate.scrub } : {}),
     });
-    const common = { listen, logger: d.logger, ...(d.pollMs !== undefined ? { pollMs: d.pollMs } : {}) };
-    this.jobLoop = new ClaimLoop<string>({
+    const common = { listen, backoff, ...(d.pollMs !== undefined ? { pollMs: d.pollMs } : {}) };
+    const jobStatus = jobRowStatus(jobDeps, this.running);
+    const hung = hungMessage(d.jobs.hungMinutes);
+    const overdue = (kinds: readonly JobKind[]) => async () => (await overdueJobs(d.db, kinds)).map((j) => ({ key: j.jobId, detail: hung }));
+    // Job kinds run one at a time (compose jobs and the host migration never overlap): a job
+    // waiting for a retry holds the one place.
+    this.jobQueue = new WorkQueue<string>({
       ...common,
-      name: 'jobs',
+      logger: jobLog,
+      concurrency: 1,
       channels: [JOBS_CHANNEL],
-      claim: async () => (await claimNextJob(d.db, d.workerId, { only: [...QUEUED_KINDS] }))?.jobId,
-      reconcile: async (jobId) => {
-        const chart = await this.chartOf(jobId);
-        await (chart === 'host-migration' ? this.hostMigration.reconcile(jobId) : this.composeJob.reconcile(jobId));
+      reconciler: {
+        name: 'jobs',
+        reconcile: async (jobId, keySignal) => {
+          const chart = await this.chartOf(jobId);
+          return chart === 'host-migration' ? this.hostMigration.reconcile(jobId, keySignal) : this.composeJob.reconcile(jobId, keySignal);
+        },
       },
+      status: jobStatus,
+      claim: async () => (await claimNextJob(d.db, d.workerId, { only: [...QUEUED_KINDS] }, new Date(Date.now() + hungMs)))?.jobId,
       // A cancel is written on the running job's row: its chart gets CANCEL at the next wake.
       onWake: () => this.running.watch(),
+      // A job's chart runs on while the process stops (a restart closes it as interrupted); only the watchdog stops it.
+      stopAborts: false,
+      watchdog: { everyMs: watchdogMs, overdue: overdue(QUEUED_KINDS) },
     });
-    this.cancelLoop = new ClaimLoop<string>({
+    this.cancelQueue = new WorkQueue<string>({
       ...common,
-      name: 'cancels',
+      logger: jobLog,
       channels: [JOBS_CHANNEL],
-      claim: async () => (await claimNextJob(d.db, `${d.workerId}:cancel`, { only: ['cancel-job'] }))?.jobId,
-      reconcile: (jobId) => cancel.reconcile(jobId),
+      reconciler: cancel,
+      status: jobStatus,
+      claim: async () => (await claimNextJob(d.db, `${d.workerId}:cancel`, { only: ['cancel-job'] }, new Date(Date.now() + hungMs)))?.jobId,
+      watchdog: { everyMs: watchdogMs, overdue: overdue(['cancel-job']) },
     });
-    this.updateLoop = new ClaimLoop<string>({
+    this.updateQueue = new WorkQueue<string>({
       ...common,
-      name: 'self-update',
+      logger: updateLog,
+      concurrency: 1,
       channels: [SELF_UPDATE_CHANNEL],
+      reconciler: this.selfUpdate,
+      status: this.selfUpdate.rowStatus(),
       claim: async () => (await this.selfUpdate.claim())?.requestId,
-      reconcile: (requestId) => this.selfUpdate.reconcile(requestId),
+      watchdog: { everyMs: watchdogMs, overdue: () => this.selfUpdate.overdue() },
     });
-    // Nothing to claim: every wake asks the outcome's reconciler whether a helper is running.
-    this.outcomeLoop = new ClaimLoop<never>({
+    // Keyless: every wake asks the outcome's reconciler whether a helper is running. Its runs are
+    // rows of their own (reconcile_runs); an error is logged there and retried.
+    this.outcomeQueue = new WorkQueue<null>({
       ...common,
-      name: 'self-update outcome',
+      logger: updateLog,
       channels: [SELF_UPDATE_CHANNEL],
-      claim: async () => {
-        void this.outcome.reconcile();
-        return undefined;
-      },
-      reconcile: async () => {},
+      reconciler: this.outcome,
+      status: loggedOnly(updateLog, 'self-update outcome'),
     });
     this.notifications = new NotificationsReconciler({ db: d.db, logger: d.logger.child({ controller: 'notifications' }), sealer: d.jobs.sealer, ...d.notifications });
-    this.notifyLoop = new ClaimLoop<ClaimedDelivery>({
+    this.notifyQueue = new WorkQueue<ClaimedDelivery>({
       ...common,
-      name: 'notifications',
+      logger: d.logger,
       channels: [NOTIFICATIONS_CHANNEL],
+      reconciler: { name: 'notifications', reconcile: async (c) => (await this.notifications.reconcile(c), done()) },
+      // A delivery's outcome is on its row; a throw (the row could not be written) is retried, and
+      // a claimed row whose retries ran out comes due again when its lease ends.
+      status: loggedOnly(d.logger, 'notifications'),
+      idOf: (c) => String(c.id),
       claim: () => this.notifications.claim(),
-      reconcile: (delivery) => this.notifications.reconcile(delivery),
     });
-    this.notifications.wake = () => this.notifyLoop.wake();
-    // Nothing to claim either: the policy is one row. It wakes when the policy or the quarantine
-    // changes, when the observer wrote the channel row, when a job or an update changes phase, when
-    // its window opens (a timer the reconciler sets), and on a one-minute poll as a backstop.
+    this.notifications.wake = () => this.notifyQueue.wake();
+    // Keyless too: the policy is one row. It wakes when the policy or the quarantine changes, when
+    // the observer wrote the channel row, when a job or an update changes phase, when its window
+    // opens (the reconciler's requeue-after), and on a one-minute poll as a backstop.
     const { pollMs: policyPollMs, ...policyDeps } = d.updatePolicy ?? {};
-    this.policy = new UpdatePolicyReconciler({
-      db: d.db, logger: d.logger.child({ controller: 'update-policy' }), signal, onWindowOpens: () => this.policyLoop.wake(), ...policyDeps,
-    });
+    this.policy = new UpdatePolicyReconciler({ db: d.db, logger: d.logger.child({ controller: 'update-policy' }), signal, ...policyDeps });
     const channelWrites: Listen = (channel, onNotify) =>
       listen(channel, (payload) => {
         if (channel !== OBSERVED_WRITTEN_CHANNEL || payload === 'channel') onNotify(payload);
       });
-    this.policyLoop = new ClaimLoop<never>({
+    this.policyQueue = new WorkQueue<null>({
       ...common,
       listen: channelWrites,
+      logger: d.logger.child({ controller: 'update-policy' }),
       pollMs: policyPollMs ?? 60_000,
-      name: 'update policy',
       channels: [UPDATE_POLICY_CHANNEL, OBSERVED_WRITTEN_CHANNEL, SELF_UPDATE_CHANNEL, JOBS_CHANNEL],
-      claim: async () => {
-        await this.policy.reconcile();
-        return undefined;
-      },
-      reconcile: async () => {},
+      reconciler: this.policy,
+      status: loggedOnly(d.logger, 'update policy'),
     });
   }
 
@@ -204,19 +229,19 @@ export class Controllers {
   async start(groups: ControllerGroup[] = ALL_GROUPS): Promise<void> {
     await this.prepare(groups);
     if (groups.includes('jobs')) {
-      await this.jobLoop.start();
-      await this.cancelLoop.start();
+      await this.jobQueue.start();
+      await this.cancelQueue.start();
       this.sweeper = setInterval(() => this.d.events.sweep(), this.d.sweepMs ?? 60_000);
       this.sweeper.unref();
     }
     if (groups.includes('self-update')) {
-      await this.updateLoop.start();
-      // Not awaited: the backend must come up (and be judged healthy) while the helper still waits.
-      await this.outcomeLoop.start();
+      await this.updateQueue.start();
+      // The outcome's run is not awaited: the backend must come up (and be judged healthy) while the helper still waits.
+      await this.outcomeQueue.start();
     }
     if (groups.includes('observer')) await this.observer.start();
-    if (groups.includes('notifications')) await this.notifyLoop.start();
-    if (groups.includes('update-policy')) await this.policyLoop.start();
+    if (groups.includes('notifications')) await this.notifyQueue.start();
+    if (groups.includes('update-policy')) await this.policyQueue.start();
   }
 
   async stop(): Promise<void> {
@@ -224,16 +249,31 @@ export class Controllers {
     this.abort.abort();
     await this.observer.stop();
     this.notifications.stop();
-    await Promise.all([this.jobLoop.stop(), this.cancelLoop.stop(), this.updateLoop.stop(), this.outcomeLoop.stop(), this.notifyLoop.stop(), this.policyLoop.stop()]);
+    await Promise.all([this.jobQueue, this.cancelQueue, this.updateQueue, this.outcomeQueue, this.notifyQueue, this.policyQueue].map((q) => q.stop()));
   }
 
-  /** The update policy's reconciliation, run now (tests). */
-  reconcilePolicy(): Promise<void> {
-    return this.policy.reconcile();
+  /** The update policy's reconciliation, run now (tests); an error is logged. */
+  async reconcilePolicy(): Promise<void> {
+    await this.policy.reconcile().catch((err: unknown) => this.d.logger.error({ err }, 'update policy reconciliation failed'));
   }
 
-  /** The outcome's reconciliation, run now if an update's helper is running (tests and the boot). */
-  reconcileOutcome(): Promise<void> {
-    return this.outcome.reconcile();
+  /** The outcome's reconciliation, run now if an update's helper is running (tests); an error is logged. */
+  async reconcileOutcome(): Promise<void> {
+    await this.outcome.reconcile().catch((err: unknown) => this.d.logger.error({ err }, 'self-update reconciliation failed'));
   }
+
+  /** Runs every watchdog now (tests). */
+  async watchdog(): Promise<void> {
+    await Promise.all([this.jobQueue.watchdog(), this.cancelQueue.watchdog(), this.updateQueue.watchdog()]);
+  }
+}
+
+/** The status of a keyless reconciler's work: it has no row of its own to mark, so its errors are logged; never fatal. */
+function loggedOnly<K>(logger: Logger, name: string): RowStatus<K> {
+  return {
+    recordError: async () => {},
+    fail: async (_key, detail) => {
+      logger.error(`${name}: retries ran out (${detail}); the next wake tries again`);
+    },
+  };
 }

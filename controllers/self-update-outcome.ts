@@ -21,6 +21,7 @@ import {
   type HelperOutcome, type PendingUpdate, type ReconcileOutcome, type RecordInput, type RepointInput, type RunningNow, type UndecidedInput,
 } from '../machines/boot-reconcile.machine.ts';
 import { OrderedWrites, runChart } from './runtime/run-chart.ts';
+import { done, type ReconcileResult, type Reconciler } from './runtime/reconcile.ts';
 
 export interface SelfUpdateOutcomeDeps {
   db: Kysely<DB>;
@@ -64,8 +65,9 @@ export function notificationOf(outcome: ReconcileOutcome, helperStatus: HelperOu
   return 'self-update.rolled-back';
 }
 
-export class SelfUpdateOutcomeReconciler {
-  private running: Promise<void> | null = null;
+export class SelfUpdateOutcomeReconciler implements Reconciler<null> {
+  readonly name = 'self-update-outcome';
+  private running: Promise<ReconcileResult> | null = null;
   private booted = false;
 
   constructor(private readonly d: SelfUpdateOutcomeDeps) {}
@@ -79,17 +81,16 @@ export class SelfUpdateOutcomeReconciler {
    * there is nothing to reconcile; later calls run it when an update's helper is running and no run
    * is under way. Single flight: a call during a run returns that run.
    */
-  reconcile(): Promise<void> {
-    if (this.d.signal.aborted) return Promise.resolve();
+  reconcile(): Promise<ReconcileResult> {
+    if (this.d.signal.aborted) return Promise.resolve(done());
     this.running ??= (async () => {
-      if (this.booted && !(await pendingReconciliation(this.d.db))) return;
-      this.booted = true;
+      if (this.booted && !(await pendingReconciliation(this.d.db))) return done();
       await this.run();
-    })()
-      .catch((err) => this.d.logger.error({ err }, 'self-update reconciliation failed'))
-      .finally(() => {
-        this.running = null;
-      });
+      this.booted = true;
+      return done();
+    })().finally(() => {
+      this.running = null;
+    });
     return this.running;
   }
 
@@ -251,6 +252,7 @@ export class SelfUpdateOutcomeReconciler {
     if (result.stopped) return;
     await updateReconcileRun(db, runId, { snapshot: result.persisted, finished: true });
     const snap = result.snapshot;
-    if (snap.value === 'failed') logger.error({ error: snap.context.lastError }, 'gave up reconciling the last self-update and could not close it (the database did not answer); the next boot tries again');
+    // The chart gave up: the runtime retries with its backoff, and the next wake after that.
+    if (snap.value === 'failed') throw new Error(`gave up reconciling the last self-update and could not close it: ${snap.context.lastError ?? 'the database did not answer'}`);
   }
 }

@@ -15,7 +15,7 @@ import { liftQuarantine } from '../src/state/update-policy.ts';
 import { POLICY_ACTOR } from '../src/auth/actor.ts';
 import { conflict } from '../src/errors.ts';
 import {
-  appendTranscript, claimNextSelfUpdate, finishTranscript, getSelfUpdate, listSelfUpdates, noteSelfUpdateChange, notifySelfUpdate, unfinishedTranscripts,
+  appendTranscript, claimNextSelfUpdate, overduePreflights, finishTranscript, getSelfUpdate, listSelfUpdates, noteSelfUpdateChange, notifySelfUpdate, unfinishedTranscripts,
   updateSelfUpdate, type SelfUpdateView,
 } from '../src/state/self-update.ts';
 import type { NewJobEvent } from '../src/state/job-events.ts';
@@ -25,9 +25,12 @@ import {
   type PreflightChanges, type RecordActionInput, type RecordedAction, type ResolvedTarget, type RunningImage, type SelfUpdateContext,
   type UndoInput, type UpdateTarget,
 } from '../machines/self-update.machine.ts';
-import { OrderedWrites, runChart } from './runtime/run-chart.ts';
+import { OrderedWrites, runChart, type ChartResult } from './runtime/run-chart.ts';
 import { alarmedBackups } from '../src/state/backup-alarms.ts';
 import { CHANGED_SCHEMA } from '../machines/boot-reconcile.machine.ts';
+import { done, type ReconcileResult, type Reconciler, type RowStatus } from './runtime/reconcile.ts';
+import { putReconciled } from '../src/state/conditions.ts';
+import type { Overdue } from './runtime/work-queue.ts';
 
 export interface SelfUpdateDeps {
   db: Kysely<DB>;
@@ -44,24 +47,69 @@ export interface SelfUpdateDeps {
   helperGraceMs?: number;
   /** Replaces secrets in the update's transcript (its job events). */
   scrub?: (text: string) => string;
+  /** The chart's hung guard, in minutes (default 15); a step's deadline is one minute past it. */
+  hungMinutes?: number;
 }
 
 /** A transcript line: an `output` event as compose jobs write them. */
 export const outputLine = (line: string, stream: 'stdout' | 'stderr' = 'stdout'): NewJobEvent => ({ type: 'output', payload: { line, stream } });
 
-export class SelfUpdateReconciler {
+type PreflightResult = ChartResult<typeof selfUpdateMachine>;
+
+export class SelfUpdateReconciler implements Reconciler<string> {
+  readonly name = 'self-update';
+  /** Requests whose chart ran here and whose end is being recorded (a retry never runs it again). */
+  private readonly ended = new Map<string, PreflightResult>();
+
   constructor(private readonly d: SelfUpdateDeps) {}
 
   /** Claims the oldest requested update (its phase becomes `preflight`). */
   claim(): Promise<SelfUpdateView | undefined> {
-    return claimNextSelfUpdate(this.d.db, this.d.workerId);
+    return claimNextSelfUpdate(this.d.db, this.d.workerId, this.hungDeadline());
   }
 
-  /** Runs the claimed request `requestId` through preflight (re-read here: the row is the truth). */
-  async reconcile(requestId: string): Promise<void> {
+  /**
+   * Runs the claimed request `requestId` through preflight (re-read here: the row is the truth). A
+   * retry after a throw records the end of a chart that ran, and never runs it again.
+   */
+  async reconcile(requestId: string, signal?: AbortSignal): Promise<ReconcileResult> {
     const req = await getSelfUpdate(this.d.db, requestId);
-    if (!req || req.phase !== 'preflight') return;
-    await this.run(req);
+    if (!req || (req.phase !== 'preflight' && !this.ended.has(requestId))) {
+      this.ended.delete(requestId);
+      return done();
+    }
+    await this.run(req, signal ?? this.d.signal);
+    return done();
+  }
+
+  /** The runtime's writes on the request's row: the error condition, and the abort when retries ran out or the watchdog fired. */
+  rowStatus(): RowStatus<string> {
+    return {
+      recordError: (requestId, condition) => putReconciled(this.d.db, 'self_update_status', requestId, condition),
+      recordRecovered: (requestId, condition) => putReconciled(this.d.db, 'self_update_status', requestId, condition),
+      fail: async (requestId, detail) => {
+        this.ended.delete(requestId);
+        const r = await getSelfUpdate(this.d.db, requestId);
+        if (r && (r.phase === 'requested' || r.phase === 'preflight')) await this.close(r, `aborted: ${detail}`);
+      },
+    };
+  }
+
+  /** How long a preflight step may go without progress: the chart's own hung guard ends it first, the watchdog after. */
+  private get stepBudgetMs(): number {
+    return ((this.d.hungMinutes ?? 15) + 1) * 60_000;
+  }
+
+  private hungDeadline(): Date {
+    return new Date(Date.now() + this.stepBudgetMs);
+  }
+
+  /** Requests in preflight past their deadline, for the runtime's watchdog. */
+  async overdue(): Promise<Overdue<string>[]> {
+    return (await overduePreflights(this.d.db)).map((r) => ({
+      key: r.requestId,
+      detail: `hung: no progress in preflight since ${new Date(r.hungDeadline.getTime() - this.stepBudgetMs).toISOString()}`,
+    }));
   }
 
   private get repository(): string {
@@ -107,10 +155,23 @@ export class SelfUpdateReconciler {
   }
 
 
-  private async run(req: SelfUpdateView): Promise<void> {
-    const { db, engine, runtime, logger, settings } = this.d;
+  private async run(req: SelfUpdateView, signal: AbortSignal): Promise<void> {
     const id = req.requestId;
-    const log = logger.child({ requestId: id });
+    const log = this.d.logger.child({ requestId: id });
+    let result = this.ended.get(id);
+    if (!result) {
+      const ran = await this.preflight(req, log, signal);
+      if (!ran) return;
+      this.ended.set(id, (result = ran));
+    }
+    await this.recordEnd(req, result, log);
+    this.ended.delete(id);
+  }
+
+  /** Runs the chart; null when it was stopped. */
+  private async preflight(req: SelfUpdateView, log: Logger, signal: AbortSignal): Promise<PreflightResult | null> {
+    const { db, engine, runtime, settings } = this.d;
+    const id = req.requestId;
     log.info({ actor: req.actor }, 'self-update requested');
 
     // Snapshots are stored after each transition, in order (`writes`); a change is also noted there
@@ -242,7 +303,8 @@ export class SelfUpdateReconciler {
       input: { requestId: id },
       writes,
       persist: async (snapshot) => {
-        await updateSelfUpdate(db, id, { snapshot, chartVersion: SELF_UPDATE_CHART_VERSION });
+        // Each step moves the deadline the watchdog reads.
+        await updateSelfUpdate(db, id, { snapshot, chartVersion: SELF_UPDATE_CHART_VERSION, hungDeadline: this.hungDeadline() });
         // A line per preflight step as the chart enters it.
         const value = (snapshot as { value?: unknown }).value;
         const now = typeof value === 'string' ? value : JSON.stringify(value ?? null);
@@ -251,11 +313,16 @@ export class SelfUpdateReconciler {
           await say({ type: 'phase', payload: { phase: now } });
         }
       },
-      signal: this.d.signal,
+      signal,
       onChartError: (err) => log.error({ err }, 'self-update chart failed'),
     });
-    if (result.stopped) return;
+    return result.stopped ? null : result;
+  }
 
+  /** Writes how preflight ended: the helper runs, or the request ended (newest, unresolved, aborted). */
+  private async recordEnd(req: SelfUpdateView, result: PreflightResult, log: Logger): Promise<void> {
+    const { db } = this.d;
+    const id = req.requestId;
     const snap = result.snapshot;
     const state = snap.status === 'done' && typeof snap.value === 'string' ? snap.value : 'aborted';
     const ctx = snap.context;
@@ -286,47 +353,55 @@ export class SelfUpdateReconciler {
     else log.info(`self-update not started: ${detail}`);
   }
 
+  /**
+   * Closes a request left in preflight (a restart, retries that ran out, the watchdog): a helper
+   * that did start makes it in flight; otherwise what the persisted chart says was changed is put
+   * back, and the request is aborted with `reason`.
+   */
+  private async close(r: SelfUpdateView, reason: string): Promise<void> {
+    const log = this.d.logger.child({ requestId: r.requestId });
+    let helper = await this.d.engine.helperOf(r.requestId).catch(() => null);
+    if (helper?.created) {
+      // Created but never started (the restart came between the two): nothing ran, so it is
+      // removed and the preflight undone like any other interrupted one.
+      await this.d.engine.removeHelper().catch((err: Error) => log.error({ err }, `cannot remove the never-started ${HELPER_NAME}`));
+      helper = null;
+    }
+    if (helper && !r.actionId) {
+      // A helper is spawned only after the audit row is on the request; a request without one but
+      // with its helper is this update as the database backup of its own preflight held it: the
+      // database was restored from that backup (docs/self-update.md). Nothing to undo or wait for.
+      const detail = `closed: the database was restored from the backup taken in this update's preflight; the update's outcome is in docker logs ${HELPER_NAME}`;
+      await updateSelfUpdate(this.d.db, r.requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested', 'preflight']);
+      log.warn(detail);
+      return;
+    }
+    if (helper) {
+      // The helper was started before the end of preflight was written: the update is in flight.
+      await updateSelfUpdate(this.d.db, r.requestId, { phase: 'helper-running', helperContainerId: helper.id, helperDeadline: this.helperDeadline() });
+      await notifySelfUpdate(this.d.db, r.requestId);
+      log.warn(`the helper was started but the end of preflight was not written (${reason}); its outcome will be reconciled`);
+      return;
+    }
+    const ctx = (r.snapshot as { context?: Partial<SelfUpdateContext> } | null)?.context;
+    const changes: PreflightChanges = ctx?.changes ?? {};
+    let detail = reason;
+    try {
+      await this.undo({ changes, target: ctx?.target ?? null, actionId: ctx?.actionId ?? r.actionId, detail });
+      detail += '; nothing was changed';
+    } catch (err) {
+      detail += `; undoing the preflight failed (${(err as Error).message}): check the rollback tag and the staged compose file`;
+    }
+    await this.d.db.transaction().execute(async (tx) => {
+      if (!(await updateSelfUpdate(tx, r.requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested', 'preflight']))) return;
+      await finishTranscript(tx, r.jobId, { state: 'aborted', detail, exitCode: null }, [], this.d.scrub);
+    });
+    log.warn(detail);
+  }
+
   /** A restart during preflight: undo what the persisted chart says was changed, then abort. */
   async closeInterrupted(): Promise<void> {
-    for (const r of await listSelfUpdates(this.d.db, { phases: ['requested', 'preflight'] })) {
-      const log = this.d.logger.child({ requestId: r.requestId });
-      let helper = await this.d.engine.helperOf(r.requestId).catch(() => null);
-      if (helper?.created) {
-        // Created but never started (the restart came between the two): nothing ran, so it is
-        // removed and the preflight undone like any other interrupted one.
-        await this.d.engine.removeHelper().catch((err: Error) => log.error({ err }, `cannot remove the never-started ${HELPER_NAME}`));
-        helper = null;
-      }
-      if (helper && !r.actionId) {
-        // A helper is spawned only after the audit row is on the request; a request without one but
-        // with its helper is this update as the database backup of its own preflight held it: the
-        // database was restored from that backup (docs/self-update.md). Nothing to undo or wait for.
-        const detail = `closed: the database was restored from the backup taken in this update's preflight; the update's outcome is in docker logs ${HELPER_NAME}`;
-        await updateSelfUpdate(this.d.db, r.requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested', 'preflight']);
-        log.warn(detail);
-        continue;
-      }
-      if (helper) {
-        // The helper was started just before the restart: the update is in flight.
-        await updateSelfUpdate(this.d.db, r.requestId, { phase: 'helper-running', helperContainerId: helper.id, helperDeadline: this.helperDeadline() });
-        log.warn('the backend restarted right after starting the helper; its outcome will be reconciled');
-        continue;
-      }
-      const ctx = (r.snapshot as { context?: Partial<SelfUpdateContext> } | null)?.context;
-      const changes: PreflightChanges = ctx?.changes ?? {};
-      let detail = 'interrupted: the backend restarted during preflight';
-      try {
-        await this.undo({ changes, target: ctx?.target ?? null, actionId: ctx?.actionId ?? r.actionId, detail });
-        detail += '; nothing was changed';
-      } catch (err) {
-        detail += `; undoing the preflight failed (${(err as Error).message}): check the rollback tag and the staged compose file`;
-      }
-      await this.d.db.transaction().execute(async (tx) => {
-        if (!(await updateSelfUpdate(tx, r.requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested', 'preflight']))) return;
-        await finishTranscript(tx, r.jobId, { state: 'aborted', detail, exitCode: null }, [], this.d.scrub);
-      });
-      log.warn(detail);
-    }
+    for (const r of await listSelfUpdates(this.d.db, { phases: ['requested', 'preflight'] })) await this.close(r, 'interrupted: the backend restarted during preflight');
     // An update that ended while its job did not (a request withdrawn unclaimed, a restart between
     // the two writes): the job ends with the update's outcome.
     for (const t of await unfinishedTranscripts(this.d.db)) {

@@ -14,6 +14,7 @@ import { lastUpdate, requestSelfUpdate } from '../src/state/self-update.ts';
 import {
   clearUpdateAvailable, dayNumbers, getUpdatePolicy, markUpdateAvailable, quarantinedDigests, recordPolicyAttempt, recordPolicyDecision,
 } from '../src/state/update-policy.ts';
+import { done, requeueAfter, type ReconcileResult, type Reconciler } from './runtime/reconcile.ts';
 import { decide, nextWindowOpening, type PolicyDecision, type PolicyFacts } from '../machines/update-policy.machine.ts';
 
 export interface UpdatePolicyDeps {
@@ -27,8 +28,6 @@ export interface UpdatePolicyDeps {
    * and NOTIFY `update_available` are written: where notifications plug in.
    */
   onUpdateAvailable?: (digest: string) => void | Promise<void>;
-  /** Called when the window opens (a timer set after each run, in auto mode): wakes the loop. */
-  onWindowOpens?: () => void;
 }
 
 /** setTimeout's longest delay; a window always opens within a week, well below it. */
@@ -49,35 +48,26 @@ const DETAIL: Record<PolicyDecision, string> = {
   starting: 'starting a self-update to the newest build',
 };
 
-export class UpdatePolicyReconciler {
-  private running: Promise<void> | null = null;
-  private edge: NodeJS.Timeout | undefined;
+export class UpdatePolicyReconciler implements Reconciler<null> {
+  readonly name = 'update-policy';
+  private running: Promise<ReconcileResult> | null = null;
 
-  constructor(private readonly d: UpdatePolicyDeps) {
-    d.signal.addEventListener('abort', () => clearTimeout(this.edge), { once: true });
-  }
+  constructor(private readonly d: UpdatePolicyDeps) {}
 
-  /** Wakes the loop when the window next opens, so a start does not wait for the slow poll. */
-  private scheduleOpening(facts: PolicyFacts): void {
-    clearTimeout(this.edge);
-    this.edge = undefined;
-    if (facts.mode !== 'auto' || !this.d.onWindowOpens || this.d.signal.aborted) return;
+  /** In auto mode, how long until the window next opens: the runtime looks again then. */
+  private untilOpening(facts: PolicyFacts): number | null {
+    if (facts.mode !== 'auto') return null;
     const now = new Date(facts.now);
     const next = nextWindowOpening(now, facts.window);
-    if (!next) return;
-    const onWindowOpens = this.d.onWindowOpens;
-    this.edge = setTimeout(() => onWindowOpens(), Math.min(MAX_TIMER_MS, next.getTime() - now.getTime() + 1_000));
-    this.edge.unref();
+    return next ? Math.min(MAX_TIMER_MS, next.getTime() - now.getTime() + 1_000) : null;
   }
 
-  /** Single flight: a call during a run returns that run. */
-  reconcile(): Promise<void> {
-    if (this.d.signal.aborted) return Promise.resolve();
-    this.running ??= this.run()
-      .catch((err) => this.d.logger.error({ err }, 'update policy reconciliation failed'))
-      .finally(() => {
-        this.running = null;
-      });
+  /** Single flight: a call during a run returns that run. A throw is the runtime's to retry. */
+  reconcile(): Promise<ReconcileResult> {
+    if (this.d.signal.aborted) return Promise.resolve(done());
+    this.running ??= this.run().finally(() => {
+      this.running = null;
+    });
     return this.running;
   }
 
@@ -111,10 +101,10 @@ export class UpdatePolicyReconciler {
     };
   }
 
-  private async run(): Promise<void> {
+  private async run(): Promise<ReconcileResult> {
     const { db, logger } = this.d;
     const { facts, generation } = await this.facts();
-    this.scheduleOpening(facts);
+    const untilOpening = this.untilOpening(facts);
     let decision = decide(facts);
     let detail = DETAIL[decision];
     const digest = facts.remoteDigest;
@@ -140,5 +130,7 @@ export class UpdatePolicyReconciler {
       await clearUpdateAvailable(db);
     }
     await recordPolicyDecision(db, { generation, decision, detail });
+    // The window's opening is a wake like the others, so a start does not wait for the slow poll.
+    return untilOpening === null ? done() : requeueAfter(untilOpening, 'the maintenance window opens');
   }
 }

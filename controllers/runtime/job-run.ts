@@ -7,9 +7,12 @@ import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { Condition, DB, JobPhase } from '../../src/db/schema.ts';
 import { finishJob, getJob, runningJobs, unsettledEndedJobs, updateJobStatus, type JobView } from '../../src/state/jobs.ts';
+import { hasJobEvent } from '../../src/state/job-events.ts';
+import { putReconciled } from '../../src/state/conditions.ts';
+import type { RowStatus } from './reconcile.ts';
 import { recordFinished, recordStarted } from '../../src/state/actions.ts';
 import type { JobEventLog } from '../../src/state/job-events.ts';
-import { phaseOf, type JobOutcomeState } from '../../machines/job.machine.ts';
+import { hungMessage, phaseOf, type JobOutcomeState } from '../../machines/job.machine.ts';
 import { OrderedWrites, runChart, type RunningChart } from './run-chart.ts';
 
 /** How a job writes what it does: output lines, warnings, phases, and the hung deadline. */
@@ -67,9 +70,24 @@ async function finishAudit(db: Kysely<DB>, jobId: string, status: 'completed' | 
   for (const r of rows) await recordFinished(db, r.id, { status, exitCode, ...(detail !== null ? { detail } : {}) });
 }
 
+/** What a job's run has written so far in this process, so that a retry after a throw goes on from there. */
+interface JobProgress {
+  /** The chart ran once: its end, recorded until that sticks (a retry never runs the chart again). */
+  end?: JobEnd;
+}
+
+/** How a job ended: its status row's phase, the chart's final state, detail and exit code. */
+export interface JobEnd {
+  phase: 'completed' | 'failed';
+  state: string;
+  detail: string | null;
+  exitCode: number | null;
+}
+
 /** The running jobs of this process, so that a cancel written on a job's row reaches its chart. */
 export class RunningJobs {
   private readonly charts = new Map<string, RunningChart>();
+  private readonly progress = new Map<string, JobProgress>();
 
   constructor(private readonly db: Kysely<DB>) {}
 
@@ -79,6 +97,18 @@ export class RunningJobs {
 
   delete(jobId: string): void {
     this.charts.delete(jobId);
+    this.progress.delete(jobId);
+  }
+
+  /** Whether this process ran the job's chart and is recording its end. */
+  ending(jobId: string): boolean {
+    return this.progress.get(jobId)?.end !== undefined;
+  }
+
+  progressOf(jobId: string): JobProgress {
+    let p = this.progress.get(jobId);
+    if (!p) this.progress.set(jobId, (p = {}));
+    return p;
   }
 
   /** Level-based: each running job whose row now asks for a cancel gets CANCEL (the chart ignores repeats). */
@@ -90,10 +120,20 @@ export class RunningJobs {
   }
 }
 
-/** Runs one claimed job: event stream, audit row, the kind's chart, and its end recorded. */
-export async function runJob(d: JobRunDeps, job: JobView, running: RunningJobs, planFor: (io: JobIO) => ChartPlan): Promise<void> {
+/**
+ * Runs one claimed job: event stream, audit row, the kind's chart, and its end recorded. Safe to
+ * call again after a throw (the runtime's retry): what was written is not written twice, and a
+ * chart that ran is not run again, only its end recorded. `signal` stops the chart (the watchdog).
+ */
+export async function runJob(d: JobRunDeps, job: JobView, running: RunningJobs, planFor: (io: JobIO) => ChartPlan, signal?: AbortSignal): Promise<void> {
   const { db, events, logger } = d;
   const jobId = job.jobId;
+  const progress = running.progressOf(jobId);
+  if (progress.end) {
+    await recordEnd(d, jobId, progress.end);
+    running.delete(jobId);
+    return;
+  }
   const services = job.params.services ?? [];
   await events.open(jobId);
 
@@ -116,9 +156,14 @@ export async function runJob(d: JobRunDeps, job: JobView, running: RunningJobs, 
     },
   };
   const plan = planFor(io);
-  await recordStarted(db, { kind: job.kind, actor: { id: job.actor, email: job.actorEmail, kind: job.actorKind }, jobId, detail: plan.auditDetail });
-  logger.info({ jobId, kind: job.kind, services, actor: job.actor }, `job ${jobId} started: ${job.kind}`);
-  io.phase('started', { kind: job.kind, services, ...plan.startedExtra });
+  // Re-read on a retry: the audit row and the `started` event are written once.
+  if (!(await hasAuditRow(db, jobId))) {
+    await recordStarted(db, { kind: job.kind, actor: { id: job.actor, email: job.actorEmail, kind: job.actorKind }, jobId, detail: plan.auditDetail });
+  }
+  if (!(await hasJobEvent(db, jobId, 'phase', { key: 'phase', value: 'started' }))) {
+    logger.info({ jobId, kind: job.kind, services, actor: job.actor }, `job ${jobId} started: ${job.kind}`);
+    await events.append(jobId, 'phase', { phase: 'started', kind: job.kind, services, ...plan.startedExtra });
+  }
   await updateJobStatus(db, jobId, { conditions: jobConditions(null) });
 
   const writes = new OrderedWrites(() => {});
@@ -130,29 +175,89 @@ export async function runJob(d: JobRunDeps, job: JobView, running: RunningJobs, 
     onChartError: (err) => logger.error({ err, jobId }, 'job chart failed'),
     // The end is recorded at once, beside snapshot writes still in flight; the final snapshot goes last.
     awaitWrites: false,
+    ...(signal ? { signal } : {}),
     started: async (chart) => {
       running.add(jobId, chart);
-      // A cancel that arrived before the job was claimed takes effect now.
-      const fresh = await getJob(db, jobId);
+      // A cancel that arrived before the job was claimed takes effect now (or at the next wake,
+      // if the row cannot be read: the chart runs on either way).
+      const fresh = await getJob(db, jobId).catch(() => null);
       if (fresh?.cancelRequestedBy) chart.send({ type: 'CANCEL', by: fresh.cancelRequestedBy });
     },
   });
 
   // Whatever ended the chart, its processes are gone before the job is reported finished.
   await Promise.race([plan.settled(), new Promise((r) => setTimeout(r, 10_000))]);
+  if (result.stopped) {
+    // Stopped by the watchdog, which records the end.
+    running.delete(jobId);
+    return;
+  }
   const snap = result.snapshot;
   const state = (typeof snap.value === 'string' ? snap.value : 'failed') as JobOutcomeState;
   const phase = snap.status === 'done' ? phaseOf(state) : 'failed';
   const context = snap.context as { detail: string | null; exitCode: number | null };
   const detail: string | null = context.detail ?? (phase === 'completed' ? null : 'the job chart stopped unexpectedly');
-  const exitCode: number | null = context.exitCode;
-  await finishJob(db, jobId, { phase, detail, exitCode });
-  await writes.flush();
-  await updateJobStatus(db, jobId, { snapshot: result.persisted, chartVersion: plan.chartVersion, conditions: jobConditions({ state, phase, detail }) });
-  await finishAudit(db, jobId, phase, exitCode, detail);
-  await events.append(jobId, 'finished', { outcome: phase, state, exitCode, detail });
+  progress.end = { phase, state, detail, exitCode: context.exitCode };
+  await recordEnd(d, jobId, progress.end, { snapshot: result.persisted, chartVersion: plan.chartVersion, afterStatus: () => writes.flush() });
   running.delete(jobId);
-  logger.info({ jobId, outcome: phase, state, exitCode }, `job ${jobId} ${phase}${detail ? `: ${detail}` : ''}`);
+  logger.info({ jobId, outcome: phase, state, exitCode: context.exitCode }, `job ${jobId} ${phase}${detail ? `: ${detail}` : ''}`);
+}
+
+async function hasAuditRow(db: Kysely<DB>, jobId: string): Promise<boolean> {
+  return (await db.selectFrom('deployment_actions').select('id').where('job_id', '=', jobId).limit(1).executeTakeFirst()) !== undefined;
+}
+
+/**
+ * Records a job's end in three steps: its status row (only from `from`: false when it had ended
+ * already, and nothing else is written), its audit row (`audit`, default: the job's open audit
+ * rows), and its `finished` event. Each later step is skipped when already written, so that calling
+ * it again after a failure part way completes the rest.
+ */
+export async function recordEnd(
+  d: Pick<JobRunDeps, 'db' | 'events'>,
+  jobId: string,
+  end: JobEnd,
+  opts: {
+    from?: readonly JobPhase[];
+    audit?: () => Promise<unknown>;
+    /** The chart's final snapshot, written after `afterStatus` (the snapshot writes still in flight). */
+    snapshot?: unknown;
+    chartVersion?: string;
+    afterStatus?: () => Promise<unknown>;
+  } = {},
+): Promise<boolean> {
+  const { db, events } = d;
+  const row = await getJob(db, jobId);
+  if (!row) return false;
+  // A retry finds the status row already ended with this end: the rest is completed.
+  const ours = (row.phase === 'completed' || row.phase === 'failed') && row.phase === end.phase && row.detail === end.detail;
+  if (!ours && !(await finishJob(db, jobId, { phase: end.phase, detail: end.detail, exitCode: end.exitCode }, opts.from))) return false;
+  await opts.afterStatus?.();
+  await updateJobStatus(db, jobId, {
+    ...(opts.snapshot !== undefined ? { snapshot: opts.snapshot, chartVersion: opts.chartVersion ?? '' } : {}),
+    conditions: jobConditions(end),
+  });
+  await (opts.audit ?? (() => finishAudit(db, jobId, end.phase, end.exitCode, end.detail)))();
+  await events.open(jobId);
+  if (!(await hasJobEvent(db, jobId, 'finished'))) {
+    await events.append(jobId, 'finished', { outcome: end.phase, state: end.state, exitCode: end.exitCode, detail: end.detail });
+  }
+  return true;
+}
+
+/** The runtime's writes on a job's row: the error condition, and the end when retries ran out or the watchdog fired. */
+export function jobRowStatus(d: Pick<JobRunDeps, 'db' | 'events' | 'logger' | 'hungMinutes'>, running: RunningJobs): RowStatus<string> {
+  return {
+    recordError: (jobId, condition) => putReconciled(d.db, 'deployment_job_status', jobId, condition),
+    recordRecovered: (jobId, condition) => putReconciled(d.db, 'deployment_job_status', jobId, condition),
+    fail: async (jobId, detail) => {
+      running.delete(jobId);
+      const state = detail === hungMessage(d.hungMinutes) ? 'hung' : 'failed';
+      if (await recordEnd(d, jobId, { phase: 'failed', state, detail, exitCode: null }, { from: ['queued', 'running'] })) {
+        d.logger.error({ jobId, state }, `job ${jobId} failed: ${detail}`);
+      }
+    },
+  };
 }
 
 /**
@@ -165,11 +270,7 @@ export async function closeInterruptedJobs(d: Pick<JobRunDeps, 'db' | 'events' |
   const { db, events, logger } = d;
   for (const j of await runningJobs(db)) {
     stop(j);
-    await events.open(j.jobId);
-    if (!(await finishJob(db, j.jobId, { phase: 'failed', detail: INTERRUPTED, exitCode: null }))) continue;
-    await updateJobStatus(db, j.jobId, { conditions: jobConditions({ state: 'interrupted', phase: 'failed', detail: INTERRUPTED }) });
-    await finishAudit(db, j.jobId, 'failed', null, INTERRUPTED);
-    await events.append(j.jobId, 'finished', { outcome: 'failed', state: 'interrupted', exitCode: null, detail: INTERRUPTED });
+    if (!(await recordEnd(d, j.jobId, { phase: 'failed', state: 'interrupted', detail: INTERRUPTED, exitCode: null }, { from: ['queued', 'running'] }))) continue;
     logger.warn({ jobId: j.jobId, kind: j.kind }, INTERRUPTED);
   }
   for (const j of await unsettledEndedJobs(db)) {
@@ -191,10 +292,5 @@ export async function finishUnrun(
   /** Written between the status row and the `finished` event (the job's audit row), as for every job. */
   audit?: () => Promise<unknown>,
 ): Promise<boolean> {
-  if (!(await finishJob(d.db, jobId, { phase: end.phase, detail: end.detail, exitCode: null }, end.from))) return false;
-  await updateJobStatus(d.db, jobId, { conditions: jobConditions(end) });
-  await audit?.();
-  await d.events.open(jobId);
-  await d.events.append(jobId, 'finished', { outcome: end.phase, state: end.state, exitCode: null, detail: end.detail });
-  return true;
+  return recordEnd(d, jobId, { phase: end.phase, state: end.state, detail: end.detail, exitCode: null }, { ...(end.from ? { from: end.from } : {}), ...(audit ? { audit } : {}) });
 }

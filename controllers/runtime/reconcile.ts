@@ -29,6 +29,8 @@ export interface Reconciler<K> {
 export interface RowStatus<K> {
   /** Records the condition (`type: 'Reconciled'`, `status: 'False'`) on the key's row. */
   recordError(key: K, condition: Condition): Promise<void>;
+  /** Replaces that condition with `Reconciled=True` once a reconcile succeeds after failed attempts. */
+  recordRecovered?(key: K, condition: Condition): Promise<void>;
   /** Ends the key's row failed with `detail` (exit code null), if it is still in flight. */
   fail(key: K, detail: string): Promise<void>;
 }

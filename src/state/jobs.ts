@@ -8,6 +8,7 @@ import type { JobKind } from '../contracts/job-kinds.ts';
 import type { ActorKind, RecordedActor } from '../auth/actor.ts';
 import { refuseConflicting } from './exclusion.ts';
 import { enqueueNotification } from './notifications.ts';
+import { withReconciled } from './conditions.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
@@ -153,7 +154,13 @@ export async function listJobs(db: Conn, opts: { limit: number; phases?: JobPhas
  * Claims the oldest queued job of the given kinds for this worker: its status becomes running.
  * Returns undefined when there is none (or all are claimed by others).
  */
-export async function claimNextJob(db: Kysely<DB>, worker: string, kinds: { only?: JobKind[]; except?: JobKind[] }): Promise<JobView | undefined> {
+export async function claimNextJob(
+  db: Kysely<DB>,
+  worker: string,
+  kinds: { only?: JobKind[]; except?: JobKind[] },
+  /** Written with the claim, so that a job that never writes output still has a deadline. */
+  hungDeadline: Date | null = null,
+): Promise<JobView | undefined> {
   const jobId = await db.transaction().execute(async (tx) => {
     let q = tx
       .selectFrom('deployment_job_status as s')
@@ -170,7 +177,7 @@ export async function claimNextJob(db: Kysely<DB>, worker: string, kinds: { only
     if (!row) return undefined;
     await tx
       .updateTable('deployment_job_status')
-      .set({ phase: 'running', claimed_by: worker, started_at: new Date(), updated_at: new Date() })
+      .set({ phase: 'running', claimed_by: worker, started_at: new Date(), updated_at: new Date(), ...(hungDeadline ? { hung_deadline: hungDeadline } : {}) })
       .where('job_id', '=', row.job_id)
       .execute();
     return row.job_id;
@@ -200,7 +207,8 @@ export async function updateJobStatus(db: Conn, jobId: string, patch: StatusPatc
       ...(patch.lastOutputAt !== undefined ? { last_output_at: patch.lastOutputAt } : {}),
       ...(patch.hungDeadline !== undefined ? { hung_deadline: patch.hungDeadline } : {}),
       ...(patch.runnerPid !== undefined ? { runner_pid: patch.runnerPid } : {}),
-      ...(patch.conditions !== undefined ? { conditions: JSON.stringify(patch.conditions) } : {}),
+      // The runtime's `Reconciled` condition is its own: a write of the chart's conditions keeps it.
+      ...(patch.conditions !== undefined ? { conditions: withReconciled(patch.conditions) as never } : {}),
       updated_at: new Date(),
     })
     .where('job_id', '=', jobId)
@@ -255,6 +263,19 @@ export async function requestCancel(db: Conn, jobId: string, by: string): Promis
     )
     .executeTakeFirst();
   return Number(res.numUpdatedRows) > 0;
+}
+
+/** Running jobs of the given kinds whose hung deadline has passed (the database's clock), with their last output. */
+export async function overdueJobs(db: Conn, kinds: readonly JobKind[]): Promise<{ jobId: string; lastOutputAt: Date | null; hungDeadline: Date }[]> {
+  const rows = await db
+    .selectFrom('deployment_job_status as s')
+    .innerJoin('deployment_jobs as j', 'j.job_id', 's.job_id')
+    .select(['s.job_id', 's.last_output_at', 's.started_at', 's.hung_deadline'])
+    .where('s.phase', '=', 'running')
+    .where('j.kind', 'in', kinds)
+    .where('s.hung_deadline', '<', sql<Date>`now()`)
+    .execute();
+  return rows.map((r) => ({ jobId: r.job_id, lastOutputAt: r.last_output_at ?? r.started_at, hungDeadline: r.hung_deadline! }));
 }
 
 /** Jobs left running by a process that is gone (a backend restart), with the runner's pid. */

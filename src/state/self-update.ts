@@ -10,6 +10,7 @@ import { conflict } from '../errors.ts';
 import { refuseConflicting } from './exclusion.ts';
 import { finishJob, insertSelfUpdateJob, updateJobStatus } from './jobs.ts';
 import { appendJobEvents, type NewJobEvent } from './job-events.ts';
+import { withReconciled } from './conditions.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
@@ -132,7 +133,7 @@ function emptyStatus(requestId: string) {
   return {
     request_id: requestId, phase: 'requested' as const, conditions: '[]', snapshot: null, chart_version: null, claimed_by: null, channel: null,
     target_tag: null, target_digest: null, target_image_id: null, previous_reference: null, previous_digest: null, previous_image_id: null,
-    pre_update_migration: null, backup_file: null, staged_compose_sha256: null, action_id: null, helper_container_id: null, helper_deadline: null, helper_exit_code: null, abort_code: null,
+    pre_update_migration: null, backup_file: null, staged_compose_sha256: null, action_id: null, helper_container_id: null, helper_deadline: null, hung_deadline: null, helper_exit_code: null, abort_code: null,
     detail: null, finished_at: null,
   };
 }
@@ -149,7 +150,7 @@ export async function listSelfUpdates(db: Conn, opts: { phases?: readonly SelfUp
 }
 
 /** Claims the oldest requested update for this worker: its phase becomes `preflight`. */
-export async function claimNextSelfUpdate(db: Kysely<DB>, worker: string): Promise<SelfUpdateView | undefined> {
+export async function claimNextSelfUpdate(db: Kysely<DB>, worker: string, hungDeadline: Date | null = null): Promise<SelfUpdateView | undefined> {
   const id = await db.transaction().execute(async (tx) => {
     const row = await tx
       .selectFrom('self_update_status as s')
@@ -162,10 +163,25 @@ export async function claimNextSelfUpdate(db: Kysely<DB>, worker: string): Promi
       .skipLocked()
       .executeTakeFirst();
     if (!row) return undefined;
-    await tx.updateTable('self_update_status').set({ phase: 'preflight', claimed_by: worker, updated_at: new Date() }).where('request_id', '=', row.request_id).execute();
+    await tx
+      .updateTable('self_update_status')
+      .set({ phase: 'preflight', claimed_by: worker, updated_at: new Date(), ...(hungDeadline ? { hung_deadline: hungDeadline } : {}) })
+      .where('request_id', '=', row.request_id)
+      .execute();
     return row.request_id;
   });
   return id ? getSelfUpdate(db, id) : undefined;
+}
+
+/** Requests in preflight past their hung deadline (the database's clock). */
+export async function overduePreflights(db: Conn): Promise<{ requestId: string; hungDeadline: Date }[]> {
+  const rows = await db
+    .selectFrom('self_update_status')
+    .select(['request_id', 'hung_deadline'])
+    .where('phase', '=', 'preflight')
+    .where('hung_deadline', '<', sql<Date>`now()`)
+    .execute();
+  return rows.map((r) => ({ requestId: r.request_id, hungDeadline: r.hung_deadline! }));
 }
 
 export interface SelfUpdatePatch {
@@ -185,6 +201,7 @@ export interface SelfUpdatePatch {
   actionId?: string | null;
   helperContainerId?: string | null;
   helperDeadline?: Date | null;
+  hungDeadline?: Date | null;
   helperExitCode?: number | null;
   abortCode?: string | null;
   detail?: string | null;
@@ -196,7 +213,7 @@ const COLUMN: Record<Exclude<keyof SelfUpdatePatch, 'snapshot' | 'conditions' | 
   phase: 'phase', chartVersion: 'chart_version', channel: 'channel', targetTag: 'target_tag', targetDigest: 'target_digest',
   targetImageId: 'target_image_id', previousReference: 'previous_reference', previousDigest: 'previous_digest',
   previousImageId: 'previous_image_id', preUpdateMigration: 'pre_update_migration', backupFile: 'backup_file', stagedComposeSha256: 'staged_compose_sha256', actionId: 'action_id',
-  helperContainerId: 'helper_container_id', helperDeadline: 'helper_deadline', helperExitCode: 'helper_exit_code',
+  helperContainerId: 'helper_container_id', helperDeadline: 'helper_deadline', hungDeadline: 'hung_deadline', helperExitCode: 'helper_exit_code',
   abortCode: 'abort_code', detail: 'detail',
 };
 
@@ -207,7 +224,8 @@ function patchValues(patch: SelfUpdatePatch): Record<string, unknown> {
     if (v !== undefined) set[col] = v;
   }
   if (patch.snapshot !== undefined) set.snapshot = JSON.stringify(patch.snapshot);
-  if (patch.conditions !== undefined) set.conditions = JSON.stringify(patch.conditions);
+  // The runtime's `Reconciled` condition is its own: a write of the other conditions keeps it.
+  if (patch.conditions !== undefined) set.conditions = withReconciled(patch.conditions);
   if (patch.finished) set.finished_at = new Date();
   return set;
 }

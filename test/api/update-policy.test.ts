@@ -10,6 +10,7 @@ import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { listSelfUpdates } from '../../src/state/self-update.ts';
 import { UPDATE_AVAILABLE_CHANNEL } from '../../src/state/update-policy.ts';
 import { UpdatePolicyReconciler } from '../../controllers/update-policy.ts';
+import { WorkQueue } from '../../controllers/runtime/work-queue.ts';
 import { pino } from 'pino';
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
@@ -194,14 +195,24 @@ describe('the policy reconciler', () => {
       logger: pino({ level: 'silent' }),
       signal: stop.signal,
       now: () => new Date(Date.now() + offset),
-      onWindowOpens: () => {
-        wakes.push(Date.now() + offset);
-        void reconciler.reconcile();
+    });
+    // On the runtime, with no channel and a poll far away: only its requeue-after can wake it.
+    let calls = 0;
+    const queue = new WorkQueue<null>({
+      reconciler: {
+        name: 'update-policy',
+        reconcile: () => {
+          if (calls++ > 0) wakes.push(Date.now() + offset);
+          return reconciler.reconcile();
+        },
       },
+      status: { recordError: async () => {}, fail: async () => {} },
+      logger: pino({ level: 'silent' }),
+      pollMs: 3_600_000,
     });
     try {
-      await reconciler.reconcile();
-      expect((await policy(a)).status.decision).toBe('outsideWindow');
+      await queue.start();
+      await eventually(async () => ((await policy(a)).status.decision === 'outsideWindow' ? true : null), 'the first decision');
       const [request] = await eventually(async () => {
         const r = await requests(a);
         return r.length ? r : null;
@@ -210,6 +221,7 @@ describe('the policy reconciler', () => {
       expect(wakes).toHaveLength(1);
       expect(wakes[0]).toBeGreaterThanOrEqual(opening);
     } finally {
+      await queue.stop();
       stop.abort();
     }
   });
