@@ -26,6 +26,9 @@ import { userDirectory, type AppDeps } from './api/app.ts';
 import { localSocketPath, serveLocalSocket } from './adapters/local-socket.ts';
 import { runUserCommand, userCommandSchema } from './state/user-commands.ts';
 import type { PlatformPort, RuntimePort } from './contracts/ports.ts';
+import type { Kysely } from 'kysely';
+import type { DB } from './db/schema.ts';
+import type { Backoff } from '../controllers/runtime/reconcile.ts';
 
 export interface Wired {
   deps: AppDeps;
@@ -50,7 +53,14 @@ export interface Wired {
   stop(): Promise<void>;
 }
 
-export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger: Logger; database: Database; secretSet: SecretSet; recentLogs?: RecentLines }, opts: { runtime?: RuntimePort; selfUpdateEngine?: SelfUpdateEngine; tlsFingerprint256?: string | null } = {}): Wired {
+/** The runtime's retries and watchdog (tests shorten them), and the database the controllers see (tests put faults in it). */
+export interface ReconcileOptions {
+  backoff?: Backoff;
+  watchdogMs?: number;
+  db?: (db: Kysely<DB>) => Kysely<DB>;
+}
+
+export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger: Logger; database: Database; secretSet: SecretSet; recentLogs?: RecentLines }, opts: { runtime?: RuntimePort; selfUpdateEngine?: SelfUpdateEngine; tlsFingerprint256?: string | null; reconcile?: ReconcileOptions } = {}): Wired {
   const { settings, secrets, logger, database } = b;
   const docker = connectEngine(settings.DOCKER_SOCKET);
   const platformFiles = new PlatformFiles(settings.PLATFORM_DIR, settings.PLATFORM_PROJECT, settings.DOCKER_SOCKET, { pins: settings.PLATFORM_TEMPLATES_SHA256 });
@@ -65,7 +75,9 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     warn: (details, message) => logger.warn(details, message),
     info: (details, message) => logger.info(details, message),
   });
-  const events = new JobEventLog(database.db, { scrub, memoryRetentionMs: settings.JOB_MEMORY_RETENTION_MINUTES * 60_000 });
+  // The controllers' database, and their job events' (the same, unless a test puts faults in it).
+  const reconcileDb = opts.reconcile?.db?.(database.db) ?? database.db;
+  const events = new JobEventLog(reconcileDb, { scrub, memoryRetentionMs: settings.JOB_MEMORY_RETENTION_MINUTES * 60_000 });
   const sealer = new Sealer(secrets.encryptionKey);
   const runtime = opts.runtime ?? new EngineRuntime(docker, `${settings.INSTALLER_REGISTRY}/${settings.INSTALLER_IMAGE_NAME}`);
   const hostRunner = new HostRunner(docker, {
@@ -102,7 +114,9 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
   };
   const workerId = `${hostname()}:${process.pid}`;
   const controllers = new Controllers({
-    db: database.db,
+    db: reconcileDb,
+    ...(opts.reconcile?.backoff ? { backoff: opts.reconcile.backoff } : {}),
+    ...(opts.reconcile?.watchdogMs !== undefined ? { watchdogMs: opts.reconcile.watchdogMs } : {}),
     listen: (c, n) => database.listen(c, n),
     events,
     logger,

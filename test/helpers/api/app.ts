@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../../src/api/app.ts';
-import { wire, type Wired } from '../../../src/wiring.ts';
+import { wire, type ReconcileOptions, type Wired } from '../../../src/wiring.ts';
 import type { SelfUpdateEngine } from '../../../src/adapters/self-update.ts';
 import { loadSettings, type Settings } from '../../../src/config.ts';
 import { createLogger, RecentLines, SecretSet } from '../../../src/logger.ts';
@@ -60,6 +60,8 @@ export interface TestAppOptions {
   logLevel?: string;
   /** Start the observer (the writer of observed state the read endpoints answer from) even without the controllers; default true. */
   observer?: boolean;
+  /** The runtime's retries and watchdog, and the database the controllers see (faults injected into it). */
+  reconcile?: ReconcileOptions;
 }
 
 /**
@@ -105,7 +107,7 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
   };
   const wired = wire(
     { settings, secrets, logger, database: db.database, secretSet, recentLogs },
-    { runtime: opts.runtime ?? notInContainer, ...(opts.selfUpdateEngine ? { selfUpdateEngine: opts.selfUpdateEngine } : {}) },
+    { runtime: opts.runtime ?? notInContainer, ...(opts.selfUpdateEngine ? { selfUpdateEngine: opts.selfUpdateEngine } : {}), ...(opts.reconcile ? { reconcile: opts.reconcile } : {}) },
   );
   const { logs: realLogs, ...deps } = wired.deps;
   const logsPort = opts.logs === undefined ? realLogs : opts.logs;
