@@ -4,7 +4,7 @@
 import { readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
-import type { Wired } from '../../../src/wiring.ts';
+import type { ReconcileOptions, Wired } from '../../../src/wiring.ts';
 import type { ControllerGroup } from '../../../controllers/index.ts';
 import type { Settings } from '../../../src/config.ts';
 import type { RuntimePort, VersionInfo } from '../../../src/contracts/ports.ts';
@@ -234,7 +234,7 @@ export interface SelfUpdateApp {
 }
 
 export async function startSelfUpdateApp(
-  opts: { db?: TestDatabase; engine?: FakeEngine; runtime?: FakeRuntime; env?: Record<string, string>; controllers?: boolean; groups?: ControllerGroup[] } = {},
+  opts: { db?: TestDatabase; engine?: FakeEngine; runtime?: FakeRuntime; env?: Record<string, string>; controllers?: boolean; groups?: ControllerGroup[]; reconcile?: ReconcileOptions } = {},
 ): Promise<SelfUpdateApp> {
   const engine = opts.engine ?? new FakeEngine();
   const runtime = opts.runtime ?? new FakeRuntime();
@@ -242,6 +242,7 @@ export async function startSelfUpdateApp(
     ...(opts.db ? { db: opts.db } : {}),
     runtime,
     selfUpdateEngine: engine,
+    ...(opts.reconcile ? { reconcile: opts.reconcile } : {}),
     env: { OBSERVED_CHANNEL_MAX_AGE_SECONDS: '0', INSTALLER_REGISTRY: 'registry.test', INSTALLER_CHANNEL: 'dev', INSTALLER_WORK_DIR: '/opt/installer', STAGING_ROOT: '/var/tmp/installer', ...opts.env },
     // Only the self-update controller (unless `groups` says otherwise): jobs created by a test stay
     // queued, as the 409 cases need.
