@@ -49,6 +49,16 @@ async function written(jobId: string) {
   return { audit, started: phases('started'), finished: events.filter((e) => e.type === 'finished'), phases };
 }
 
+/** A job claimed by another process (gone, or on another host), with the given deadline: nothing here runs its chart. */
+async function runningElsewhere(hungDeadline: Date): Promise<string> {
+  // One transaction: the claim notification reaches no queue before the row says running.
+  return db().transaction().execute(async (tx) => {
+    const jobId = await createJob(tx, { kind: 'restart', params: { services: ['worker'] }, actor: { id: 'operator', email: null, kind: 'user' } });
+    await tx.updateTable('deployment_job_status').set({ phase: 'running', claimed_by: 'elsewhere:1', started_at: new Date(), hung_deadline: hungDeadline }).where('job_id', '=', jobId).execute();
+    return jobId;
+  });
+}
+
 const has = (...words: string[]) => (json: string) => words.every((w) => json.includes(w));
 
 // Each step of the run a compose job goes through outside its chart, and a statement it makes there.
@@ -69,7 +79,8 @@ describe('a compose job whose run throws', () => {
     const job = await ended(jobId);
     expect(armed.fired).toBe(1);
     expect(job).toMatchObject({ phase: 'completed', exitCode: 0, detail: null });
-    expect(job.conditions.find((c) => c.type === 'Reconciled')).toMatchObject({ status: 'True', reason: 'Recovered' });
+    // Written once the reconcile that succeeded has returned.
+    await eventually(async () => ((await getJob(db(), jobId))?.conditions.find((c) => c.type === 'Reconciled')?.reason === 'Recovered' ? true : null), 'the recovered condition');
     const w = await eventually(async () => {
       const x = await written(jobId);
       return x.finished.length ? x : null;
@@ -109,12 +120,7 @@ describe('the watchdog', () => {
     // A job claimed by a process that is gone (another host's backend, say), its deadline passed.
     const jobId = await requestJob(t, 'restart', ['worker']);
     await ended(jobId);
-    const stuck = await createJob(db(), { kind: 'restart', params: { services: ['worker'] }, actor: { id: 'operator', email: null, kind: 'user' } });
-    await db()
-      .updateTable('deployment_job_status')
-      .set({ phase: 'running', claimed_by: 'gone:1', started_at: new Date(Date.now() - 3_600_000), hung_deadline: new Date(Date.now() - 60_000) })
-      .where('job_id', '=', stuck)
-      .execute();
+    const stuck = await runningElsewhere(new Date(Date.now() - 60_000));
     expect(await conflictOf(db(), { kind: 'update' })).toContain(stuck);
     const job = await ended(stuck);
     expect(job).toMatchObject({ phase: 'failed', detail: hungMessage(t.settings.HUNG_JOB_MINUTES), exitCode: null });
@@ -149,12 +155,7 @@ describe('the watchdog', () => {
 describe('a cancel whose reconcile throws', () => {
   it('looks again while its target runs, writes its audit row and cancelling event once across looks and a retry, and ends with the target', async () => {
     // A target running elsewhere (no chart here would end it): the cancel waits for its row to end.
-    const target = await createJob(db(), { kind: 'restart', params: { services: ['worker'] }, actor: { id: 'operator', email: null, kind: 'user' } });
-    await db()
-      .updateTable('deployment_job_status')
-      .set({ phase: 'running', claimed_by: 'elsewhere:1', started_at: new Date(), hung_deadline: new Date(Date.now() + 3_600_000) })
-      .where('job_id', '=', target)
-      .execute();
+    const target = await runningElsewhere(new Date(Date.now() + 3_600_000));
     const armed = faults.arm({ kind: 'insert', table: 'deployment_job_events', where: has('cancelling') });
     const res = await t.app.inject({ method: 'POST', url: `/api/deployment/jobs/${target}/cancel`, headers: { authorization: `Bearer ${await t.token('operator')}` } });
     expect(res.statusCode, res.body).toBe(202);

@@ -64,7 +64,9 @@ export class StatementFaults implements KyselyPlugin {
     if (!kind || !this.armed.some((a) => a.on)) return args.node;
     const json = JSON.stringify(args.node);
     for (const a of this.armed) {
-      if (!a.on || a.fault.kind !== kind) continue;
+      // A write inside a CTE (`with stored as (insert …) select …`) counts as that write.
+      const nested = a.fault.kind !== 'select' && a.fault.kind !== 'raw' && json.includes(`"kind":"${Object.keys(KIND).find((k) => KIND[k] === a.fault.kind)}"`);
+      if (!a.on || (a.fault.kind !== kind && !nested)) continue;
       const names = kind === 'raw' ? json.includes(a.fault.table) : json.includes(`"name":"${a.fault.table}"`);
       if (!names || (a.fault.where && !a.fault.where(json))) continue;
       a.seen += 1;
