@@ -169,7 +169,7 @@ export interface SelfUpdateStatusTable {
   helper_container_id: string | null;
   helper_deadline: Date | null;
   helper_exit_code: number | null;
-  /** While in preflight: when the watchdog aborts it, moved at each step (migration 0017). */
+  /** While in preflight: when the watchdog aborts it, moved at each step (migration 0020). */
   hung_deadline: Date | null;
   /** Why preflight aborted, for the API's answer: `conflict` (409) or `preflight`. */
   abort_code: string | null;
