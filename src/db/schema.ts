@@ -141,6 +141,8 @@ export interface SelfUpdateRequestsTable {
   actor_kind: ActorKind | null;
   /** The update's own job (kind `self-update`): its transcript. Null for requests made before it existed. */
   job_id: string | null;
+  /** The digest the update policy decided on (migration 0019); preflight installs only it. Null for a start by hand. */
+  decided_digest: string | null;
   generation: Generated<number>;
   created_at: Timestamp;
 }
@@ -185,6 +187,8 @@ export interface SelfUpdateStatusTable {
   downtime_ms: number | null;
   /** Why downtime_ms is null. */
   downtime_note: string | null;
+  /** When the boot found this update taken back by a restore of its preflight's backup and re-derived its outcome (migration 0019). */
+  restored_at: Date | null;
 }
 
 /** Observed state: one run of the self-update outcome's reconciliation, with its chart snapshot. */

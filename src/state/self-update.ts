@@ -29,6 +29,8 @@ export interface SelfUpdateView {
   actorEmail: string | null;
   /** Null for a request written before kinds were recorded. */
   actorKind: ActorKind | null;
+  /** The digest the update policy decided on: preflight installs only it (null for a start by hand). */
+  decidedDigest: string | null;
   phase: SelfUpdatePhase;
   state: string | null;
   channel: string | null;
@@ -53,20 +55,22 @@ export interface SelfUpdateView {
   createdAt: Date;
   updatedAt: Date;
   finishedAt: Date | null;
+  /** When the boot found the update taken back by a restore of its preflight's backup (its outcome then re-derived from the helper). */
+  restoredAt: Date | null;
 }
 
 const columns = [
-  'r.request_id', 'r.job_id', 'r.actor', 'r.actor_email', 'r.actor_kind', 'r.created_at', 's.phase', 's.snapshot', 's.channel', 's.target_tag', 's.target_digest',
+  'r.request_id', 'r.job_id', 'r.actor', 'r.actor_email', 'r.actor_kind', 'r.decided_digest', 'r.created_at', 's.phase', 's.snapshot', 's.channel', 's.target_tag', 's.target_digest',
   's.target_image_id', 's.previous_reference', 's.previous_digest', 's.previous_image_id', 's.pre_update_migration', 's.backup_file', 's.staged_compose_sha256', 's.action_id',
-  's.helper_container_id', 's.helper_deadline', 's.helper_exit_code', 's.abort_code', 's.detail', 's.updated_at', 's.finished_at',
+  's.helper_container_id', 's.helper_deadline', 's.helper_exit_code', 's.abort_code', 's.detail', 's.updated_at', 's.finished_at', 's.restored_at',
 ] as const;
 
 type Row = {
-  request_id: string; job_id: string | null; actor: string; actor_email: string | null; actor_kind: ActorKind | null; created_at: Date; phase: SelfUpdatePhase; snapshot: unknown;
+  request_id: string; job_id: string | null; actor: string; actor_email: string | null; actor_kind: ActorKind | null; decided_digest: string | null; created_at: Date; phase: SelfUpdatePhase; snapshot: unknown;
   channel: string | null; target_tag: string | null; target_digest: string | null; target_image_id: string | null;
   previous_reference: string | null; previous_digest: string | null; previous_image_id: string | null; pre_update_migration: string | null; backup_file: string | null; staged_compose_sha256: string | null;
   action_id: string | null; helper_container_id: string | null; helper_deadline: Date | null; helper_exit_code: number | null;
-  abort_code: string | null; detail: string | null; updated_at: Date; finished_at: Date | null;
+  abort_code: string | null; detail: string | null; updated_at: Date; finished_at: Date | null; restored_at: Date | null;
 };
 
 const date = (d: Date | string | null) => (d === null ? null : new Date(d));
@@ -79,6 +83,7 @@ function toView(r: Row): SelfUpdateView {
     actor: r.actor,
     actorEmail: r.actor_email,
     actorKind: r.actor_kind,
+    decidedDigest: r.decided_digest,
     phase: r.phase,
     state: value === undefined ? null : typeof value === 'string' ? value : JSON.stringify(value),
     channel: r.channel,
@@ -101,6 +106,7 @@ function toView(r: Row): SelfUpdateView {
     createdAt: new Date(r.created_at),
     updatedAt: new Date(r.updated_at),
     finishedAt: date(r.finished_at),
+    restoredAt: date(r.restored_at),
   };
 }
 
@@ -109,8 +115,10 @@ const base = (db: Conn) => db.selectFrom('self_update_requests as r').innerJoin(
 /**
  * Writes a self-update request when no update is in flight and no deployment job is queued or
  * running, and wakes the controller. Throws a 409 AppError otherwise (src/state/exclusion.ts).
+ * `decidedDigest`: the digest the caller decided on (the update policy); preflight aborts when the
+ * channel's tag names another one by then, or when it is quarantined.
  */
-export async function requestSelfUpdate(db: Kysely<DB>, actor: RecordedActor): Promise<string> {
+export async function requestSelfUpdate(db: Kysely<DB>, actor: RecordedActor, opts: { decidedDigest?: string } = {}): Promise<string> {
   const requestId = randomUUID();
   const jobId = randomUUID();
   try {
@@ -118,7 +126,7 @@ export async function requestSelfUpdate(db: Kysely<DB>, actor: RecordedActor): P
       await refuseConflicting(tx, { kind: 'update' });
       // The update's transcript is a job of its own, written with the request (never queued).
       await insertSelfUpdateJob(tx, jobId, actor);
-      await tx.insertInto('self_update_requests').values({ request_id: requestId, actor: actor.id, actor_email: actor.email ?? null, actor_kind: actor.kind ?? null, job_id: jobId }).execute();
+      await tx.insertInto('self_update_requests').values({ request_id: requestId, actor: actor.id, actor_email: actor.email ?? null, actor_kind: actor.kind ?? null, job_id: jobId, decided_digest: opts.decidedDigest ?? null }).execute();
       await tx.insertInto('self_update_status').values(emptyStatus(requestId)).execute();
       await sql`select pg_notify(${SELF_UPDATE_CHANNEL}, ${requestId})`.execute(tx);
     });
@@ -205,6 +213,7 @@ export interface SelfUpdatePatch {
   helperExitCode?: number | null;
   abortCode?: string | null;
   detail?: string | null;
+  restoredAt?: Date | null;
   conditions?: Condition[];
   finished?: boolean;
 }
@@ -214,7 +223,7 @@ const COLUMN: Record<Exclude<keyof SelfUpdatePatch, 'snapshot' | 'conditions' | 
   targetImageId: 'target_image_id', previousReference: 'previous_reference', previousDigest: 'previous_digest',
   previousImageId: 'previous_image_id', preUpdateMigration: 'pre_update_migration', backupFile: 'backup_file', stagedComposeSha256: 'staged_compose_sha256', actionId: 'action_id',
   helperContainerId: 'helper_container_id', helperDeadline: 'helper_deadline', hungDeadline: 'hung_deadline', helperExitCode: 'helper_exit_code',
-  abortCode: 'abort_code', detail: 'detail',
+  abortCode: 'abort_code', detail: 'detail', restoredAt: 'restored_at',
 };
 
 function patchValues(patch: SelfUpdatePatch): Record<string, unknown> {
