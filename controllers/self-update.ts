@@ -11,7 +11,7 @@ import { resolveChannel } from '../src/config.ts';
 import { currentMigration } from '../src/db/migrate.ts';
 import { auditTrailChanged, recordFinished, recordStarted } from '../src/state/actions.ts';
 import { conflictOf } from '../src/state/exclusion.ts';
-import { liftQuarantine } from '../src/state/update-policy.ts';
+import { activeQuarantine, liftQuarantine } from '../src/state/update-policy.ts';
 import { POLICY_ACTOR } from '../src/auth/actor.ts';
 import { conflict } from '../src/errors.ts';
 import {
@@ -155,6 +155,25 @@ export class SelfUpdateReconciler implements Reconciler<string> {
   }
 
 
+  /**
+   * A start the update policy decided installs the digest it decided on, never a build the tag was
+   * moved to since, and never a quarantined one (docs/adr/0044-restore-and-decided-digest.md).
+   */
+  private async checkDecided(req: SelfUpdateView, target: UpdateTarget | null): Promise<void> {
+    const byPolicy = req.actor === POLICY_ACTOR.id && (req.actorKind ?? POLICY_ACTOR.kind) === POLICY_ACTOR.kind;
+    if (!target || (!req.decidedDigest && !byPolicy)) return;
+    const problems: string[] = [];
+    if (req.decidedDigest && req.decidedDigest !== target.digest) {
+      problems.push(`the update policy decided on ${req.decidedDigest}, but ${this.repository}:${target.tag} now names ${target.digest}`);
+    }
+    const q = await activeQuarantine(this.d.db, target.digest);
+    if (q) {
+      const update = q.requestId ? `its update ${q.requestId}` : 'its update';
+      problems.push(`${target.digest} is quarantined (${update} ended ${q.outcome} at ${q.since.toISOString()}): the update policy never starts it; an update started by hand lifts it`);
+    }
+    if (problems.length) throw new Error(problems.join('; '));
+  }
+
   private async run(req: SelfUpdateView, signal: AbortSignal): Promise<void> {
     const id = req.requestId;
     const log = this.d.logger.child({ requestId: id });
@@ -195,8 +214,9 @@ export class SelfUpdateReconciler implements Reconciler<string> {
         const running: RunningImage = { inContainer: v.inContainer, reference: v.image, tag: v.tag, digest: v.digest, imageId: v.imageId };
         return { running, target: { channel, tag, digest } };
       }),
-      checkPreconditions: fromPromise<void, { running: RunningImage | null }>(async ({ input }) => {
+      checkPreconditions: fromPromise<void, { running: RunningImage | null; target: UpdateTarget | null }>(async ({ input }) => {
         const r = input.running;
+        await this.checkDecided(req, input.target);
         if (!r?.inContainer || !r.imageId) throw new Error('the installer does not run in a container: there is no image to pin and no compose project to switch');
         const own = await engine.ownCompose();
         if (!own || own.project !== settings.project) {

@@ -110,7 +110,9 @@ export class UpdatePolicyReconciler implements Reconciler<null> {
     const digest = facts.remoteDigest;
     if (decision === 'starting' && digest) {
       try {
-        const requestId = await requestSelfUpdate(db, POLICY_ACTOR);
+        // The start carries the digest decided on: preflight installs that build or none, so a tag
+        // moved since the observer's read cannot bring in another (docs/adr/0044-restore-and-decided-digest.md).
+        const requestId = await requestSelfUpdate(db, POLICY_ACTOR, { decidedDigest: digest });
         await recordPolicyAttempt(db, digest, requestId);
         detail = `started self-update request ${requestId} to ${digest}`;
         logger.info({ requestId, digest }, 'update policy started a self-update inside its maintenance window');

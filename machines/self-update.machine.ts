@@ -104,7 +104,9 @@ export const selfUpdateMachine = setup({
     // Implemented by the self-update controller with the Docker engine, the host files and the
     // database; fakes in simulations. Each is idempotent or changes one thing atomically.
     resolveTarget: never<ResolvedTarget>(),
-    checkPreconditions: never<void, { running: RunningImage | null }>(),
+    // Also holds a start to the digest it was decided on (the update policy's), and refuses a
+    // quarantined one for it.
+    checkPreconditions: never<void, { running: RunningImage | null; target: UpdateTarget | null }>(),
     fetchPublishedCompose: never<string, { target: UpdateTarget; imageId: string }>(),
     // Dumps the installer's database into the backups volume and keeps the last N; answers the
     // backup's name. It changes nothing an abort would have to put back.
@@ -164,7 +166,7 @@ export const selfUpdateMachine = setup({
       invoke: {
         id: 'checkPreconditions',
         src: 'checkPreconditions',
-        input: ({ context }) => ({ running: context.running }),
+        input: ({ context }) => ({ running: context.running, target: context.target }),
         onDone: 'pulling',
         onError: {
           target: 'aborted',

@@ -165,6 +165,12 @@ export async function quarantinedDigests(db: Conn): Promise<string[]> {
   return (await db.selectFrom('update_quarantine').select('digest').where('lifted_at', 'is', null).execute()).map((r) => r.digest);
 }
 
+/** The quarantine of `digest`, when it is quarantined and nobody lifted it. */
+export async function activeQuarantine(db: Conn, digest: string): Promise<QuarantineView | undefined> {
+  const r = await db.selectFrom('update_quarantine').selectAll().where('digest', '=', digest).where('lifted_at', 'is', null).executeTakeFirst();
+  return r ? { digest: r.digest, outcome: r.outcome, detail: r.detail, requestId: r.request_id, since: new Date(r.since), liftedAt: null, liftedBy: null } : undefined;
+}
+
 /**
  * Quarantines `digest` after its update ended `outcome` (rolled-back, neither, undecided): the policy
  * never starts it again. A digest quarantined before (and lifted) is quarantined again.

@@ -3,12 +3,12 @@
 // its window from the observed channel row, the quarantine of the build that rolled back, and its
 // lifting by a manual POST /api/system/self-update.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
+import { REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
 import { TEST_SECRETS } from '../helpers/api/app.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { listSelfUpdates } from '../../src/state/self-update.ts';
-import { UPDATE_AVAILABLE_CHANNEL } from '../../src/state/update-policy.ts';
+import { quarantineDigest, UPDATE_AVAILABLE_CHANNEL } from '../../src/state/update-policy.ts';
 import { UpdatePolicyReconciler } from '../../controllers/update-policy.ts';
 import { WorkQueue } from '../../controllers/runtime/work-queue.ts';
 import { pino } from 'pino';
@@ -262,5 +262,53 @@ describe('the policy reconciler', () => {
     expect((await put(a, { mode: 'manual' })).statusCode).toBe(200);
     await a.wired.controllers.reconcilePolicy();
     expect((await policy(a)).status).toMatchObject({ decision: 'manual', availableDigest: null });
+  });
+  // The observer read sha256:new; the channel's tag moves before preflight resolves it again.
+  it.each([
+    [
+      'the tag moved to another build',
+      async (a: SelfUpdateApp) => void a.engine.registry.set(`${REPO}:dev-latest`, 'sha256:moved'),
+      /^checking: the update policy decided on sha256:new, but \S+:dev-latest now names sha256:moved; nothing was changed$/,
+    ],
+    [
+      'the build decided on was quarantined meanwhile',
+      async (a: SelfUpdateApp) => quarantineDigest(a.db.database.db, { digest: 'sha256:new', outcome: 'rolled-back', detail: 'test', requestId: '00000000-0000-4000-8000-00000000000f' }),
+      /^checking: sha256:new is quarantined \(its update 00000000-0000-4000-8000-00000000000f ended rolled-back at [^)]+\): the update policy never starts it; an update started by hand lifts it; nothing was changed$/,
+    ],
+  ])('a policy start carries the digest decided on; preflight aborts it when %s, and nothing is installed', async (_what, change, detail) => {
+    const a = (t = await startSelfUpdateApp({ groups: ['self-update'] }));
+    await observeChannel(a);
+    const before = a.engine.state();
+    a.engine.onResolve = async () => {
+      a.engine.onResolve = null;
+      await change(a);
+    };
+    expect((await put(a, { mode: 'auto', window: ALWAYS })).statusCode).toBe(200);
+    await a.wired.controllers.reconcilePolicy();
+    const [r] = await eventually(async () => {
+      const all = await requests(a);
+      return all.length && all[0]!.phase !== 'requested' && all[0]!.phase !== 'preflight' ? all : null;
+    }, 'the policy start to end its preflight');
+    expect(r).toMatchObject({ actor: 'update-policy', decidedDigest: 'sha256:new', phase: 'aborted', abortCode: 'preflight' });
+    expect(r!.detail).toMatch(detail);
+    // Nothing pulled, tagged, staged, backed up or started; no audit row.
+    expect(a.engine.calls).not.toContain('pullByDigest');
+    expect(a.engine.calls).not.toContain('backupDatabase');
+    expect(a.engine.state()).toEqual(before);
+    expect(await a.db.database.db.selectFrom('deployment_actions').selectAll().where('kind', '=', 'self-update').execute()).toEqual([]);
+    expect((await policy(a)).status.lastAttempt).toMatchObject({ digest: 'sha256:new', requestId: r!.requestId });
+  });
+
+  it('a start by hand carries no decided digest and installs what the tag names when preflight resolves it', async () => {
+    const a = (t = await startSelfUpdateApp({ groups: ['self-update'] }));
+    a.engine.pullable.set('sha256:moved', 'img-moved');
+    a.engine.onResolve = async () => {
+      a.engine.onResolve = null;
+      a.engine.registry.set(`${REPO}:dev-latest`, 'sha256:moved');
+    };
+    const res = await a.app.inject({ method: 'POST', url: '/api/system/self-update', headers: service });
+    expect(res.statusCode, res.body).toBe(200);
+    expect(res.json()).toMatchObject({ started: true, targetDigest: 'sha256:moved' });
+    expect((await requests(a))[0]).toMatchObject({ decidedDigest: null, phase: 'helper-running' });
   });
 });

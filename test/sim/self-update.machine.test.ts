@@ -196,7 +196,7 @@ function realActors(world: World, failAt: string | null, undoBreaks = false) {
   };
   return {
     resolveTarget: fromPromise<ResolvedTarget, undefined>(() => step('resolveTarget', () => ({ running, target: newer }))),
-    checkPreconditions: fromPromise<void, { running: RunningImage | null }>(() => step('checkPreconditions', () => {})),
+    checkPreconditions: fromPromise<void, { running: RunningImage | null; target: UpdateTarget | null }>(() => step('checkPreconditions', () => {})),
     pullTarget: fromPromise<string, { target: UpdateTarget }>(() => step('pullTarget', () => 'img-new')),
     // Reads the file out of the image the pull brought in (or PUBLISHED_COMPOSE_URL).
     fetchPublishedCompose: fromPromise<string, { target: UpdateTarget; imageId: string }>(({ input }) =>
