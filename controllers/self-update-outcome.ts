@@ -65,6 +65,10 @@ export function notificationOf(outcome: ReconcileOutcome, helperStatus: HelperOu
   return 'self-update.rolled-back';
 }
 
+/** An outcome read again after a restore says so. */
+export const restoredNote = (p: PendingUpdate, detail: string): string =>
+  p.restored ? `${detail}; recorded again from ${HELPER_NAME} after the database was restored from the backup taken in this update's preflight` : detail;
+
 export class SelfUpdateOutcomeReconciler implements Reconciler<null> {
   readonly name = 'self-update-outcome';
   private running: Promise<ReconcileResult> | null = null;
@@ -127,6 +131,7 @@ export class SelfUpdateOutcomeReconciler implements Reconciler<null> {
           requestId: p.requestId, actionId: p.actionId, targetTag: p.targetTag ?? '', targetDigest: p.targetDigest ?? '', targetImageId: p.targetImageId,
           previousReference: p.previousReference, previousDigest: p.previousDigest, previousImageId: p.previousImageId,
           preUpdateMigration: p.preUpdateMigration, backup: p.backupFile, helperId: p.helperContainerId, helperDeadline: p.helperDeadline?.toISOString() ?? null,
+          ...(p.restoredAt ? { restored: true } : {}),
         };
       }),
       waitForHelper: fromPromise<HelperOutcome, { pending: PendingUpdate }>(async ({ input }) => {
@@ -160,7 +165,8 @@ export class SelfUpdateOutcomeReconciler implements Reconciler<null> {
         return `the local tag ${p.targetTag} points at it again`;
       }),
       recordUndecided: fromPromise<void, UndecidedInput>(async ({ input }) => {
-        const { pending: p, detail, helper } = input;
+        const { pending: p, helper } = input;
+        const detail = restoredNote(p, input.detail);
         const exitCode = helper?.exitCode ?? null;
         const { jobId, output } = await this.transcriptOf(p);
         const changed = await db.transaction().execute(async (tx) => {
@@ -182,7 +188,8 @@ export class SelfUpdateOutcomeReconciler implements Reconciler<null> {
         if (changed) logger.error({ requestId: p.requestId, targetDigest: p.targetDigest }, `self-update closed as undecided: ${detail}`);
       }),
       recordOutcome: fromPromise<void, RecordInput>(async ({ input }) => {
-        const { pending: p, outcome, detail, helper } = input;
+        const { pending: p, outcome, helper } = input;
+        const detail = restoredNote(p, input.detail);
         const phase = phaseOfOutcome(outcome);
         const { jobId, output } = await this.transcriptOf(p);
         const changed = await db.transaction().execute(async (tx) => {

@@ -374,6 +374,47 @@ export class SelfUpdateReconciler implements Reconciler<string> {
   }
 
   /**
+   * An update taken back by a restore of its preflight's backup: the restore erased its outcome, its
+   * quarantine and its audit row, not its helper. The request goes back in flight with that helper,
+   * an audit row recorded again and the schema as it is now (the backup's: the restore took a
+   * migration back, so no second alarm); the outcome's reconciliation then records the outcome, its
+   * notification (the same event as before the restore) and the quarantine from what the helper
+   * left, as for any update (docs/adr/0044-restore-and-decided-digest.md). A request restored
+   * without its target (never the case for a backup, taken after the target is resolved) is closed.
+   */
+  private async reopenRestored(r: SelfUpdateView, helperId: string, log: Logger): Promise<void> {
+    const db = this.d.db;
+    if (!r.targetDigest || !r.targetTag) {
+      const detail = `closed: the database was restored from the backup taken in this update's preflight; the update's outcome is in docker logs ${HELPER_NAME}`;
+      await updateSelfUpdate(db, r.requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested', 'preflight']);
+      log.warn(detail);
+      return;
+    }
+    const migration = await currentMigration(db);
+    const from = r.previousDigest ?? r.previousImageId ?? 'unknown';
+    const reopened = await db.transaction().execute(async (tx) => {
+      const patch = {
+        phase: 'helper-running' as const, helperContainerId: helperId, helperDeadline: this.helperDeadline(), preUpdateMigration: migration, restoredAt: new Date(),
+        detail: `the database was restored from the backup taken in this update's preflight; the outcome is read again from ${HELPER_NAME}`,
+      };
+      if (!(await updateSelfUpdate(tx, r.requestId, patch, ['requested', 'preflight']))) return false;
+      const action = await recordStarted(tx, {
+        kind: 'self-update',
+        actor: { id: r.actor, email: r.actorEmail, kind: r.actorKind },
+        jobId: r.jobId,
+        targetDigest: r.targetDigest,
+        schemaMigration: migration,
+        detail: `from ${r.previousReference ?? 'unknown'} (${from}) to ${this.repository}:${r.targetTag} (${r.targetDigest}); recorded again: the database was restored from the backup taken in its preflight`,
+      });
+      await updateSelfUpdate(tx, r.requestId, { actionId: String(action.id) });
+      return true;
+    });
+    if (!reopened) return;
+    auditTrailChanged();
+    log.warn({ helper: helperId, targetDigest: r.targetDigest }, `the database was restored from the backup taken in this update's preflight: its outcome is read again from ${HELPER_NAME}`);
+  }
+
+  /**
    * Closes a request left in preflight (a restart, retries that ran out, the watchdog): a helper
    * that did start makes it in flight; otherwise what the persisted chart says was changed is put
    * back, and the request is aborted with `reason`.
@@ -390,10 +431,8 @@ export class SelfUpdateReconciler implements Reconciler<string> {
     if (helper && !r.actionId) {
       // A helper is spawned only after the audit row is on the request; a request without one but
       // with its helper is this update as the database backup of its own preflight held it: the
-      // database was restored from that backup (docs/self-update.md). Nothing to undo or wait for.
-      const detail = `closed: the database was restored from the backup taken in this update's preflight; the update's outcome is in docker logs ${HELPER_NAME}`;
-      await updateSelfUpdate(this.d.db, r.requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested', 'preflight']);
-      log.warn(detail);
+      // database was restored from that backup (docs/self-update.md).
+      await this.reopenRestored(r, helper.id, log);
       return;
     }
     if (helper) {

@@ -25,6 +25,8 @@ export interface PendingUpdate {
   /** The database backup preflight took (a file in the backups volume); null when none was recorded. */
   backup?: string | null;
   helperId: string | null;
+  /** The database was restored from this update's preflight backup, and the outcome is read again. */
+  restored?: boolean;
   /** ISO time after which the helper is no longer waited for. */
   helperDeadline: string | null;
 }

@@ -509,30 +509,51 @@ describe('reconciling the outcome', () => {
     expect(engine.state()).toEqual(before);
   });
 
-  it('a request in preflight without an audit row whose helper exists: the database was restored from its backup; closed, nothing undone', async () => {
+  it('a request in preflight without an audit row whose helper exists: the database was restored from its backup; the outcome, the audit row and the quarantine are read again from the helper, no alarm', async () => {
     const engine = new FakeEngine();
     first = await startSelfUpdateApp({ db, engine, controllers: false });
     const ddb = db.database.db;
     const id = '00000000-0000-4000-8000-0000000000bb';
     await ddb.insertInto('self_update_requests').values({ request_id: id, actor: 'amy' }).execute();
-    // The row as the backup taken in `backingUp` held it; the update went on to its helper since.
+    // The row as the backup taken in `backingUp` held it; the update went on to its helper since,
+    // rolled back onto a changed schema, and the restore took the schema back with the row.
     const snapshot = { value: 'backingUp', context: { changes: {}, target: { channel: 'dev', tag: 'dev-latest', digest: 'sha256:new' }, actionId: null } };
-    await ddb.insertInto('self_update_status').values({ request_id: id, phase: 'preflight', conditions: '[]', snapshot: JSON.stringify(snapshot) }).execute();
+    await ddb.insertInto('self_update_status').values({
+      request_id: id, phase: 'preflight', conditions: '[]', snapshot: JSON.stringify(snapshot), channel: 'dev', target_tag: 'dev-latest', target_digest: 'sha256:new',
+      target_image_id: 'img-new', previous_reference: `${REPO}:dev-41`, previous_digest: 'sha256:old', previous_image_id: 'img-old',
+    }).execute();
     engine.addExitedHelper('helper-restored', rolledBackExit, id);
     engine.tags.set(`${REPO}:rollback`, 'img-old');
+    engine.tags.set(`${REPO}:dev-latest`, 'img-old');
     await first.close({ drop: false });
     first = undefined;
     const before = engine.state();
     second = await startSelfUpdateApp({ db, engine });
-    const r = await getSelfUpdate(ddb, id);
-    expect(r).toMatchObject({
-      phase: 'aborted', abortCode: 'preflight',
-      detail: "closed: the database was restored from the backup taken in this update's preflight; the update's outcome is in docker logs installer-self-updater",
+    const t = second;
+    const last = await eventually(async () => ((await check(t)).lastUpdate.status !== 'started' ? (await check(t)).lastUpdate : null), 'the outcome read again');
+    expect(last).toMatchObject({
+      status: 'rolled-back', targetDigest: 'sha256:new',
+      detail: expect.stringMatching(
+        /^rolled back: the switch to dev-latest failed \(exit 1: .*\); helper exit 0; still on the previous image .*; recorded again from installer-self-updater after the database was restored from the backup taken in this update's preflight$/,
+      ),
     });
-    expect(r!.finishedAt).not.toBeNull();
-    // Nothing was undone and nothing waits for the helper: no outcome, no second alarm.
-    expect(engine.state()).toEqual(before);
-    expect(await pendingReconciliationOf(ddb)).toBeUndefined();
+    const r = await getSelfUpdate(ddb, id);
+    expect(r).toMatchObject({ phase: 'rolled-back', helperContainerId: 'helper-restored', preUpdateMigration: await currentMigration(ddb) });
+    expect(r!.restoredAt).not.toBeNull();
+    // The audit row the restore took is recorded again, once, and finished with the outcome.
+    expect(await audit(t)).toMatchObject([{ kind: 'self-update', actor: 'amy', status: 'failed', target_digest: 'sha256:new', detail: expect.stringContaining('recorded again from installer-self-updater') }]);
+    // Quarantined once; the same event as before the restore (its id per update), no second alarm.
+    expect(await listQuarantine(ddb, { includeLifted: true })).toMatchObject([{ digest: 'sha256:new', outcome: 'rolled-back', requestId: id }]);
+    expect(Object.keys(await notified(id))).toEqual(['self-update.rolled-back']);
+    expect(await ddb.selectFrom('notification_outbox').select('event_id').where('event_id', 'like', `%:${id}`).execute()).toEqual([{ event_id: `self-update.rolled-back:${id}` }]);
     expect(second.logs.join('')).not.toContain('"level":"error"');
+    // Nothing of the engine's was changed: no tag moved, no helper removed or started.
+    expect(engine.state()).toEqual(before);
+    // A second boot finds nothing to do again.
+    await second.close({ drop: false });
+    second = await startSelfUpdateApp({ db, engine });
+    expect(await pendingReconciliationOf(ddb)).toBeUndefined();
+    expect(await audit(second)).toHaveLength(1);
+    expect(await listQuarantine(ddb, { includeLifted: true })).toHaveLength(1);
   });
 });
