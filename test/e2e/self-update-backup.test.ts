@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { existsSync, readFileSync } from 'node:fs';
 import { run } from '../helpers/e2e/rig.ts';
-import { helperExit, helperState, Images, STAGED_FILE, startInstaller, type InstallerUnderTest } from '../helpers/e2e/self-update-rig.ts';
+import { helperExit, helperState, Images, inPostgres, psql, STAGED_FILE, startInstaller, type InstallerUnderTest } from '../helpers/e2e/self-update-rig.ts';
 import { LATEST_MIGRATION, type SelfUpdateCheck as Check } from '../helpers/api/self-update.ts';
 
 const images = new Images();
@@ -26,13 +26,6 @@ afterAll(async () => {
   await images.cleanup();
 });
 
-/** A command in installer-postgres; fails the test loudly when it fails. */
-async function inPostgres(args: string[], user = 'root'): Promise<string> {
-  const r = await run('docker', ['exec', '-u', user, 'installer-postgres', ...args]);
-  if (r.code !== 0) throw new Error(`docker exec installer-postgres ${args.join(' ')} failed (${r.code}): ${r.stderr}`);
-  return r.stdout;
-}
-const psql = async (query: string) => (await inPostgres(['psql', '-U', 'installer', '-d', 'installer', '-tA', '-c', query], 'postgres')).trim();
 const backups = async () => (await inPostgres(['ls', '-1', '/backups'])).split('\n').filter(Boolean).sort();
 const migrations = async () => (await psql('select name from kysely_migration order by name')).split('\n');
 const imageId = async (ref: string) => {

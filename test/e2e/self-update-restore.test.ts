@@ -7,7 +7,7 @@
 // quarantined one before preflight resolves it, and preflight aborts: nothing is installed.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../helpers/e2e/rig.ts';
-import { helperExit, helperState, Images, startInstaller, type InstallerUnderTest } from '../helpers/e2e/self-update-rig.ts';
+import { helperExit, helperState, Images, psql, startInstaller, type InstallerUnderTest } from '../helpers/e2e/self-update-rig.ts';
 import { LATEST_MIGRATION, type SelfUpdateCheck as Check } from '../helpers/api/self-update.ts';
 
 const images = new Images();
@@ -33,13 +33,6 @@ afterAll(async () => {
   await images.cleanup();
 });
 
-/** A command in installer-postgres; fails the test loudly when it fails. */
-async function inPostgres(args: string[], user = 'root'): Promise<string> {
-  const r = await run('docker', ['exec', '-u', user, 'installer-postgres', ...args]);
-  if (r.code !== 0) throw new Error(`docker exec installer-postgres ${args.join(' ')} failed (${r.code}): ${r.stderr}`);
-  return r.stdout;
-}
-const psql = async (query: string) => (await inPostgres(['psql', '-U', 'installer', '-d', 'installer', '-tA', '-c', query], 'postgres')).trim();
 const lines = (text: string) => text.split('\n').filter(Boolean);
 const check = async () => {
   const r = await i.get('/api/system/self-update-check');
@@ -156,8 +149,8 @@ describe('a restore from the backup of an update that rolled back onto a changed
     const started = await i.until('the policy start to end its preflight', async () => {
       const ids = await requests();
       if (ids.length < 2) return null;
-      const row = await psql(`select r.decided_digest || ' | ' || s.phase || ' | ' || coalesce(s.abort_code, '') || ' | ' || coalesce(s.detail, '') from self_update_requests r join self_update_status s using (request_id) where r.request_id = '${ids.at(-1)}'`);
-      return / \| (requested|preflight) \| /.test(row) ? null : row;
+      const row = await psql(`select coalesce(r.decided_digest, 'none') || ' | ' || s.phase || ' | ' || coalesce(s.abort_code, '') || ' | ' || coalesce(s.detail, '') from self_update_requests r join self_update_status s using (request_id) where r.request_id = '${ids.at(-1)}'`);
+      return ['requested', 'preflight'].includes(row.split(' | ')[1] ?? '') ? null : row;
     });
     const [decidedDigest, phase, code, detail] = started.split(' | ');
     expect({ decidedDigest, phase, code }).toEqual({ decidedDigest: good, phase: 'aborted', code: 'preflight' });

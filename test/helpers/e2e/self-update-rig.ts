@@ -224,6 +224,16 @@ export async function helperExit(timeoutMs = 300_000): Promise<number> {
   return Number(out.trim());
 }
 
+/** A command in installer-postgres; fails the test loudly when it fails. */
+export async function inPostgres(args: string[], user = 'root'): Promise<string> {
+  const r = await run('docker', ['exec', '-u', user, 'installer-postgres', ...args]);
+  if (r.code !== 0) throw new Error(`docker exec installer-postgres ${args.join(' ')} failed (${r.code}): ${r.stderr}`);
+  return r.stdout;
+}
+
+/** One query as the installer's user in its database, unaligned and without headers. */
+export const psql = async (query: string) => (await inPostgres(['psql', '-U', 'installer', '-d', 'installer', '-tA', '-c', query], 'postgres')).trim();
+
 export const helperLogs = async () => {
   const r = await run('docker', ['logs', HELPER]);
   return r.stdout + r.stderr;
