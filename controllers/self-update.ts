@@ -56,6 +56,9 @@ export const outputLine = (line: string, stream: 'stdout' | 'stderr' = 'stdout')
 
 type PreflightResult = ChartResult<typeof selfUpdateMachine>;
 
+/** The update policy's own start. (A request from before actor kinds were recorded, by the policy's id, was the policy's.) */
+const startedByPolicy = (req: SelfUpdateView): boolean => req.actor === POLICY_ACTOR.id && (req.actorKind ?? POLICY_ACTOR.kind) === POLICY_ACTOR.kind;
+
 export class SelfUpdateReconciler implements Reconciler<string> {
   readonly name = 'self-update';
   /** Requests whose chart ran here and whose end is being recorded (a retry never runs it again). */
@@ -160,8 +163,7 @@ export class SelfUpdateReconciler implements Reconciler<string> {
    * moved to since, and never a quarantined one (docs/adr/0044-restore-and-decided-digest.md).
    */
   private async checkDecided(req: SelfUpdateView, target: UpdateTarget | null): Promise<void> {
-    const byPolicy = req.actor === POLICY_ACTOR.id && (req.actorKind ?? POLICY_ACTOR.kind) === POLICY_ACTOR.kind;
-    if (!target || (!req.decidedDigest && !byPolicy)) return;
+    if (!target || (!req.decidedDigest && !startedByPolicy(req))) return;
     const problems: string[] = [];
     if (req.decidedDigest && req.decidedDigest !== target.digest) {
       problems.push(`the update policy decided on ${req.decidedDigest}, but ${this.repository}:${target.tag} now names ${target.digest}`);
@@ -288,9 +290,7 @@ export class SelfUpdateReconciler implements Reconciler<string> {
           await updateSelfUpdate(tx, id, { actionId, preUpdateMigration });
           // Someone started this build by hand, past preflight: its quarantine is lifted, by them
           // (docs/update-policy.md). The policy's own start never lifts one.
-          // (A request from before actor kinds were recorded, by the policy's id, was the policy's.)
-          const byPolicy = req.actor === POLICY_ACTOR.id && (req.actorKind ?? POLICY_ACTOR.kind) === POLICY_ACTOR.kind;
-          if (!byPolicy && (await liftQuarantine(tx, input.target.digest, { id: req.actor, email: req.actorEmail }))) {
+          if (!startedByPolicy(req) && (await liftQuarantine(tx, input.target.digest, { id: req.actor, email: req.actorEmail }))) {
             log.info({ digest: input.target.digest, by: req.actor }, 'quarantine lifted by a manual self-update');
           }
           return { actionId, preUpdateMigration };
