@@ -10,6 +10,7 @@ import { JOB_KINDS, QUEUED_KINDS, type JobKind } from '../src/contracts/job-kind
 import type { RuntimePort } from '../src/contracts/ports.ts';
 import { claimNextJob, JOBS_CHANNEL, overdueJobs } from '../src/state/jobs.ts';
 import { SELF_UPDATE_CHANNEL } from '../src/state/self-update.ts';
+import { closeOrphanedRuns } from '../src/state/reconcile-runs.ts';
 import { OBSERVED_WRITTEN_CHANNEL } from '../src/state/observed.ts';
 import { UPDATE_POLICY_CHANNEL } from '../src/state/update-policy.ts';
 import type { JobEventLog } from '../src/state/job-events.ts';
@@ -222,7 +223,12 @@ export class Controllers {
       await closeInterruptedJobs({ db: this.d.db, events: this.d.events, logger: this.d.logger.child({ controller: 'jobs' }) }, (j) => this.composeJob.stopLeftover(j));
     }
     // Before the outcome's first run: an interrupted preflight whose helper did start becomes in flight.
-    if (groups.includes('self-update')) await this.selfUpdate.closeInterrupted();
+    if (groups.includes('self-update')) {
+      await this.selfUpdate.closeInterrupted();
+      // Runs of the outcome's chart a process that is gone left open: this boot's run takes over.
+      const closed = await closeOrphanedRuns(this.d.db, this.d.workerId);
+      if (closed) this.d.logger.child({ controller: 'self-update' }).info({ closed }, 'closed the reconciliation runs a previous process left unfinished');
+    }
   }
 
   /** Starts the given controllers (all by default). Call once the database is migrated. */

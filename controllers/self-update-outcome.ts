@@ -256,7 +256,13 @@ export class SelfUpdateOutcomeReconciler implements Reconciler<null> {
       signal: this.d.signal,
       onChartError: (err) => logger.error({ err }, 'self-update reconciliation chart failed'),
     });
-    if (result.stopped) return;
+    // Stopped (the process is shutting down, a switch among the reasons): the run ends where it
+    // stood, and the next process's boot run takes over. If this write does not make it, that boot
+    // closes the run (closeOrphanedRuns).
+    if (result.stopped) {
+      await updateReconcileRun(db, runId, { snapshot: result.persisted, finished: true }).catch((err: unknown) => logger.warn({ err }, 'the stopped reconciliation run could not be closed'));
+      return;
+    }
     await updateReconcileRun(db, runId, { snapshot: result.persisted, finished: true });
     const snap = result.snapshot;
     // The chart gave up: the runtime retries with its backoff, and the next wake after that.

@@ -41,3 +41,13 @@ export async function listReconcileRuns(db: Kysely<DB>, limit: number): Promise<
     startedAt: new Date(r.started_at), updatedAt: new Date(r.updated_at), finishedAt: r.finished_at ? new Date(r.finished_at) : null,
   }));
 }
+
+/**
+ * Ends the runs a process that is gone left unfinished (stopped by a switch or killed): the row
+ * keeps the state it stood in, and this process's own boot run takes the reconciliation over.
+ * Returns how many.
+ */
+export async function closeOrphanedRuns(db: Kysely<DB>, worker: string): Promise<number> {
+  const res = await db.updateTable('reconcile_runs').set({ finished_at: new Date(), updated_at: new Date() }).where('finished_at', 'is', null).where('worker', '!=', worker).executeTakeFirst();
+  return Number(res.numUpdatedRows);
+}
