@@ -112,8 +112,9 @@ export class UpdatePolicyReconciler implements Reconciler<null> {
       try {
         // The start carries the digest decided on: preflight installs that build or none, so a tag
         // moved since the observer's read cannot bring in another (docs/adr/0044-restore-and-decided-digest.md).
-        const requestId = await requestSelfUpdate(db, POLICY_ACTOR, { decidedDigest: digest });
-        await recordPolicyAttempt(db, digest, requestId);
+        // The attempt is recorded with the request or not at all: a throw between the two would
+        // leave a request no attempt names, and the window would start another after it.
+        const requestId = await requestSelfUpdate(db, POLICY_ACTOR, { decidedDigest: digest, withRequest: (tx, id) => recordPolicyAttempt(tx, digest, id) });
         detail = `started self-update request ${requestId} to ${digest}`;
         logger.info({ requestId, digest }, 'update policy started a self-update inside its maintenance window');
       } catch (err) {

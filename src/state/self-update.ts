@@ -116,9 +116,14 @@ const base = (db: Conn) => db.selectFrom('self_update_requests as r').innerJoin(
  * Writes a self-update request when no update is in flight and no deployment job is queued or
  * running, and wakes the controller. Throws a 409 AppError otherwise (src/state/exclusion.ts).
  * `decidedDigest`: the digest the caller decided on (the update policy); preflight aborts when the
- * channel's tag names another one by then, or when it is quarantined.
+ * channel's tag names another one by then, or when it is quarantined. `withRequest` writes what
+ * must be there exactly when the request is (the policy's attempt), in its transaction.
  */
-export async function requestSelfUpdate(db: Kysely<DB>, actor: RecordedActor, opts: { decidedDigest?: string } = {}): Promise<string> {
+export async function requestSelfUpdate(
+  db: Kysely<DB>,
+  actor: RecordedActor,
+  opts: { decidedDigest?: string; withRequest?: (tx: Transaction<DB>, requestId: string) => Promise<void> } = {},
+): Promise<string> {
   const requestId = randomUUID();
   const jobId = randomUUID();
   try {
@@ -128,6 +133,7 @@ export async function requestSelfUpdate(db: Kysely<DB>, actor: RecordedActor, op
       await insertSelfUpdateJob(tx, jobId, actor);
       await tx.insertInto('self_update_requests').values({ request_id: requestId, actor: actor.id, actor_email: actor.email ?? null, actor_kind: actor.kind ?? null, job_id: jobId, decided_digest: opts.decidedDigest ?? null }).execute();
       await tx.insertInto('self_update_status').values(emptyStatus(requestId)).execute();
+      await opts.withRequest?.(tx, requestId);
       await sql`select pg_notify(${SELF_UPDATE_CHANNEL}, ${requestId})`.execute(tx);
     });
   } catch (err) {
