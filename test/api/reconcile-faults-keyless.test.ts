@@ -78,3 +78,50 @@ describe('the update policy whose reconcile throws', () => {
     expect((await policyStatus(x)).status.lastAttempt).toMatchObject({ digest: 'sha256:new', requestId: requests[0]!.requestId });
   });
 });
+
+describe('a webhook delivery whose reconcile throws', () => {
+  /** A receiver that answers 200 and keeps what reached it: the event and its delivery key. */
+  async function receiver(): Promise<{ url: string; hits: { key: string; id: string }[] }> {
+    const hits: { key: string; id: string }[] = [];
+    const server = createServer((req, res) => {
+      let body = '';
+      req.on('data', (d) => (body += d));
+      req.on('end', () => {
+        hits.push({ key: String(req.headers['x-installer-delivery']), id: (JSON.parse(body) as { id: string }).id });
+        res.end();
+      });
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, hits };
+  }
+
+  it('is recorded on a retry when writing its delivery throws: each event reaches the receiver under its one key, in order', async () => {
+    // Only the delivery loop runs; a lease of its claimed row far longer than the waits here.
+    const x = (t = await startTestApp({ controllers: (w) => w.controllers.start(['notifications']), observer: false, reconcile: { backoff, db: (db) => faults.wrap(db) } }));
+    const db = x.db.database.db;
+    const r = await receiver();
+    const res = await x.app.inject({ method: 'POST', url: '/api/notifications/webhooks', headers: { authorization: `Bearer ${await x.token('admin')}` }, payload: { url: r.url, allowPrivateNetwork: true } });
+    expect(res.statusCode, res.body).toBe(201);
+    // The first delivery is sent, and recording it fails.
+    const armed = faults.arm({ kind: 'update', table: 'notification_outbox', where: has('"delivered_at"') });
+    const jobs: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const jobId = await createJob(db, { kind: 'restart', params: {}, actor: { id: 'operator' } });
+      await finishJob(db, jobId, { phase: 'failed', detail: `exit ${i + 1}`, exitCode: i + 1 });
+      jobs.push(`job.failed:${jobId}`);
+    }
+    const rows = await eventually(async () => {
+      const all = await db.selectFrom('notification_outbox').select(['idempotency_key', 'delivered_at', 'failed_at', 'body']).execute();
+      return all.length === 3 && all.every((o) => o.delivered_at) ? all : null;
+    }, 'the three deliveries recorded');
+    expect(armed.fired).toBe(1);
+    expect(rows.every((o) => o.failed_at === null)).toBe(true);
+    // The receiver saw each event under its row's one key, in the order of the events; the send
+    // whose record failed came again under the same key (the receiver deduplicates by it).
+    const firstSeen = [...new Map(r.hits.map((h) => [h.key, h.id])).entries()];
+    expect(firstSeen.map(([, id]) => id)).toEqual(jobs);
+    for (const [key, id] of firstSeen) expect(rows.find((o) => (JSON.parse(String(o.body)) as { id: string }).id === id)?.idempotency_key).toBe(key);
+    expect(r.hits.map((h) => h.id)).toEqual([jobs[0], jobs[0], jobs[1], jobs[2]]);
+  });
+});
