@@ -125,3 +125,33 @@ describe('a webhook delivery whose reconcile throws', () => {
     expect(r.hits.map((h) => h.id)).toEqual([jobs[0], jobs[0], jobs[1], jobs[2]]);
   });
 });
+
+describe('the self-update outcome whose reconcile throws', () => {
+  // The outcome's own chart retries the steps inside it (its engine reads and its recording) every
+  // few seconds; what it cannot retry (the run it opens, a chart that gave up) is the runtime's.
+  it('runs on the retries when opening its run throws, and records the outcome once: one transcript end, one audit end, one quarantine row', async () => {
+    const x = await selfUpdateApp();
+    const db = x.db.database.db;
+    // The boot's run is over before the fault is armed.
+    await eventually(async () => (await db.selectFrom('reconcile_runs').select('run_id').where('finished_at', 'is not', null).execute()).length > 0, 'the boot run');
+    const armed = faults.arm({ kind: 'insert', table: 'reconcile_runs', times: backoff.attempts - 1 });
+    expect((await x.app.inject({ method: 'POST', url: '/api/system/self-update', headers: service })).statusCode).toBe(200);
+    // Every attempt but the last threw; the last one waits for the helper.
+    await eventually(async () => armed.fired === backoff.attempts - 1 && (await db.selectFrom('reconcile_runs').select('run_id').where('finished_at', 'is', null).execute()).length === 1, 'a run open after the retries');
+    x.engine.helpers[0]!.finish({ state: 'exited', exitCode: 0, status: 'rolled-back', switchFailure: 'exit 1: container installer-backend is unhealthy', rollbackFailure: null });
+    const [req] = await eventually(async () => {
+      const r = await listSelfUpdates(db);
+      return r[0]?.phase === 'rolled-back' ? r : null;
+    }, 'the outcome recorded');
+    expect(armed.fired).toBe(backoff.attempts - 1);
+    const events = await db.selectFrom('deployment_job_events').select(['type', 'payload']).where('job_id', '=', req!.jobId!).execute();
+    expect(events.filter((e) => e.type === 'finished')).toHaveLength(1);
+    const audit = await db.selectFrom('deployment_actions').selectAll().where('kind', '=', 'self-update').execute();
+    expect(audit).toHaveLength(1);
+    expect(audit[0]).toMatchObject({ status: 'failed' });
+    expect(await db.selectFrom('update_quarantine').selectAll().execute()).toMatchObject([{ digest: 'sha256:new', outcome: 'rolled-back' }]);
+    // Woken again: nothing more to record.
+    await x.wired.controllers.reconcileOutcome();
+    expect((await db.selectFrom('deployment_job_events').select('type').where('job_id', '=', req!.jobId!).where('type', '=', 'finished').execute())).toHaveLength(1);
+  });
+});
