@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { buildInstallerImage, REGISTRY, run } from '../helpers/e2e/rig.ts';
-import { ALLOWLIST, ABSENT_UNIT, MASKED_UNIT, ETC_UNIT, startSystemdHost, type SystemdHost } from '../helpers/e2e/systemd-host.ts';
+import { ALLOWLIST, ABSENT_UNIT, MASKED_UNIT, ETC_UNIT, hostMigrationEnv, startSystemdHost, type SystemdHost } from '../helpers/e2e/systemd-host.ts';
 import { followJob } from '../helpers/e2e/jobs.ts';
 
 const image = `${REGISTRY}/installer:dev-migrate-${randomBytes(3).toString('hex')}`;
@@ -18,15 +18,7 @@ beforeAll(async () => {
   [host] = await Promise.all([startSystemdHost(), buildInstallerImage([image])]);
   t = await startTestApp({
     controllers: true,
-    env: {
-      PLATFORM_URL: 'https://platform.example.com',
-      MIGRATE_HOST_SCRIPT_PATH: scriptPath,
-      MIGRATE_RUNNER_IMAGE: image,
-      MIGRATE_RUNNER_PRIVILEGED: 'false',
-      MIGRATE_RUNNER_PID_MODE: `container:${host.name}`,
-      // One allowlisted unit ignores SIGTERM: it is force-killed after this many seconds.
-      MIGRATE_HOST_STOP_TIMEOUT: '3',
-    },
+    env: hostMigrationEnv(host, image, scriptPath),
   });
 });
 afterAll(async () => {

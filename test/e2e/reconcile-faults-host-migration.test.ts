@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { docker, run, uniqueName } from '../helpers/e2e/rig.ts';
-import { BASE_IMAGE, SCRIPT, startSystemdHost, type SystemdHost } from '../helpers/e2e/systemd-host.ts';
+import { BASE_IMAGE, hostMigrationEnv, SCRIPT, startSystemdHost, type SystemdHost } from '../helpers/e2e/systemd-host.ts';
 import { followJob } from '../helpers/e2e/jobs.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
 import { StatementFaults, type Fault } from '../helpers/shared/statement-faults.ts';
@@ -35,14 +35,7 @@ beforeAll(async () => {
   }
   t = await startTestApp({
     controllers: true,
-    env: {
-      PLATFORM_URL: 'https://platform.example.com',
-      MIGRATE_HOST_SCRIPT_PATH: scriptPath,
-      MIGRATE_RUNNER_IMAGE: image,
-      MIGRATE_RUNNER_PRIVILEGED: 'false',
-      MIGRATE_RUNNER_PID_MODE: `container:${host.name}`,
-      MIGRATE_HOST_STOP_TIMEOUT: '3',
-    },
+    env: hostMigrationEnv(host, image, scriptPath),
     reconcile: { backoff: { baseMs: 50, maxMs: 200, attempts: 4 }, db: (db) => faults.wrap(db) },
   });
   const admin = { authorization: `Bearer ${await t.token('admin')}` };

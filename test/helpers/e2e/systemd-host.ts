@@ -113,6 +113,22 @@ async function waitBooted(name: string): Promise<void> {
 }
 
 /** Starts a fresh host container and waits for systemd; fails loudly when it cannot. */
+/**
+ * The installer's settings for a host migration run against `host` from `image`, the script copied
+ * to `scriptPath` (the rig refuses --privileged: the runner's privilege and PID settings point at it).
+ */
+export function hostMigrationEnv(host: SystemdHost, image: string, scriptPath: string): Record<string, string> {
+  return {
+    PLATFORM_URL: 'https://platform.example.com',
+    MIGRATE_HOST_SCRIPT_PATH: scriptPath,
+    MIGRATE_RUNNER_IMAGE: image,
+    MIGRATE_RUNNER_PRIVILEGED: 'false',
+    MIGRATE_RUNNER_PID_MODE: `container:${host.name}`,
+    // One allowlisted unit ignores SIGTERM: it is force-killed after this many seconds.
+    MIGRATE_HOST_STOP_TIMEOUT: '3',
+  };
+}
+
 export async function startSystemdHost(): Promise<SystemdHost> {
   const name = uniqueName('migrate-host');
   await docker([
