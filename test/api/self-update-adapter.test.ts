@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import path from 'node:path';
 import Docker from 'dockerode';
-import { composeFileOfChannel, DockerSelfUpdateEngine, ENGINE_REQUEST_TIMEOUT_MS, demultiplex, fetchComposeFile, firstFileOfTar, helperSpec, imageComposePath, parseHelperLog, stagedComposePath } from '../../src/adapters/self-update.ts';
+import { composeFileOfChannel, DockerSelfUpdateEngine, ENGINE_REQUEST_TIMEOUT_MS, demultiplex, fetchComposeFile, firstFileOfTar, HELPER_INIT_TIMEOUT_SECONDS, helperSpec, imageComposePath, parseHelperLog, stagedComposePath } from '../../src/adapters/self-update.ts';
 import { Readable } from 'node:stream';
 
 const COMPOSE = 'name: installer\nservices:\n  backend:\n    image: x\n';
@@ -101,7 +101,8 @@ describe('the helper container', () => {
       image: 'registry.example.com/installer:prod-latest',
       cmd: ['sh', '/usr/src/app/scripts/self-update.sh', 'installer', '/opt/installer', 'docker-compose.yml', '/var/tmp/installer/self-update/docker-compose.yml', 'rollback', 'prod-latest', 'backend'],
       binds: ['/var/run/docker.sock:/var/run/docker.sock', '/opt/installer:/opt/installer', '/var/tmp/installer:/var/tmp/installer'],
-      env: [],
+      // The init's wait is always bounded, and the backend's deadline counts it (ADR 0045).
+      env: [`SELF_UPDATE_INIT_TIMEOUT=${HELPER_INIT_TIMEOUT_SECONDS}`],
       labels: { 'io.installer.self-update.request': 'r-1', 'io.installer.self-update.target': 'sha256:abc' },
     });
   });
