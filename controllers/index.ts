@@ -18,7 +18,7 @@ import type { Sealer } from '../src/state/platform-config.ts';
 import type { HostRunner } from '../src/adapters/host-runner.ts';
 import type { InstallerEnv, PlatformFiles } from '../src/adapters/platform-files.ts';
 import type { SelfUpdateEngine, SelfUpdateSettings } from '../src/adapters/self-update.ts';
-import { sharedListen, type Listen } from './runtime/claim-loop.ts';
+import { sharedListen, type Listen } from './runtime/shared-listen.ts';
 import { closeInterruptedJobs, jobRowStatus, mirrorLogger, RunningJobs } from './runtime/job-run.ts';
 import { WorkQueue } from './runtime/work-queue.ts';
 import { DEFAULT_BACKOFF, done, type Backoff, type RowStatus } from './runtime/reconcile.ts';

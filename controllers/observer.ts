@@ -19,7 +19,7 @@ import {
   type ObservedKey,
 } from '../src/state/observed.ts';
 import { enqueueNotification } from '../src/state/notifications.ts';
-import type { Listen } from './runtime/claim-loop.ts';
+import type { Listen } from './runtime/shared-listen.ts';
 
 export interface ObserverDeps {
   db: Kysely<DB>;

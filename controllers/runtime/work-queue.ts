@@ -7,7 +7,7 @@
 import type { Logger } from 'pino';
 import type { Condition } from '../../src/db/schema.ts';
 import { backoffDelay, DEFAULT_BACKOFF, errorCondition, type Backoff, type ReconcileResult, type Reconciler, type RowStatus } from './reconcile.ts';
-import type { Listen } from './claim-loop.ts';
+import type { Listen } from './shared-listen.ts';
 
 /** A row in flight past its deadline, and the detail it ends with. */
 export interface Overdue<K> {
