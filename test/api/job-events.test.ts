@@ -5,6 +5,7 @@ import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { JobEventLog } from '../../src/state/job-events.ts';
 import { createJob } from '../../src/state/jobs.ts';
 import pg from 'pg';
+import { sql } from 'kysely';
 import { eventually } from '../helpers/shared/eventually.ts';
 
 let t: TestApp;
@@ -62,12 +63,15 @@ describe('job event retention', () => {
     const holder = new pg.Client({ connectionString: t.db.url });
     await holder.connect();
     try {
+      const holderPid = (await holder.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid;
       await holder.query('begin');
       await holder.query('lock table deployment_job_events in access exclusive mode');
       const during = log.append(jobId, 'output', { line: 'during' });
       const after = log.append(jobId, 'output', { line: 'after' });
+      // Looked for from outside the holder's transaction: inside one, pg_stat_activity is a snapshot
+      // taken at its first read, and an insert that reached the lock after that read is never seen.
       const pid = await eventually(async () => {
-        const r = await holder.query<{ pid: number }>(`select pid from pg_stat_activity where wait_event_type = 'Lock' and query like '%deployment_job_events%' and pid <> pg_backend_pid()`);
+        const r = await sql<{ pid: number }>`select pid from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query like '%deployment_job_events%' and pid <> ${holderPid}`.execute(db);
         return r.rows[0]?.pid;
       }, 'the insert to wait on the lock');
       await holder.query('select pg_terminate_backend($1)', [pid]);
