@@ -77,14 +77,16 @@ describe('a compose job whose run throws', () => {
     const armed = faults.arm(fault);
     const jobId = await requestJob(t, 'restart', ['worker']);
     const job = await ended(jobId);
-    expect(armed.fired).toBe(1);
     expect(job).toMatchObject({ phase: 'completed', exitCode: 0, detail: null });
-    // Written once the reconcile that succeeded has returned.
-    await eventually(async () => ((await getJob(db(), jobId))?.conditions.find((c) => c.type === 'Reconciled')?.reason === 'Recovered' ? true : null), 'the recovered condition');
+    // The status row ends first: the audit row and the finished event (and their throws) come after
+    // it, and the recovered condition once the reconcile that succeeded has returned. Waited for
+    // before the next case arms its fault, so that no write of this job meets that one.
+    await eventually(async () => ((await getJob(db(), jobId))?.conditions.find((c) => c.type === 'Reconciled')?.reason === 'Recovered' ? true : null), 'the recovered condition', 30_000);
     const w = await eventually(async () => {
       const x = await written(jobId);
       return x.finished.length ? x : null;
     }, 'the finished event');
+    expect(armed.fired).toBe(1);
     expect(w.audit).toHaveLength(1);
     expect(w.audit[0]).toMatchObject({ status: 'completed', exit_code: 0 });
     expect([w.started, w.finished.length]).toEqual([1, 1]);
