@@ -13,6 +13,7 @@ import {
   beginObservation,
   OBSERVED_CHANNEL,
   pendingRefreshes,
+  updateAvailableCondition,
   writeObserved,
   type ObservedCondition,
   type ObservedData,
@@ -219,7 +220,8 @@ export class Observer {
       return local.value !== fetched.value;
     })();
     const [remoteDigest, composeChanged] = await Promise.all([remote, compose]);
-    const updateAvailable = currentDigest !== null && remoteDigest !== null && currentDigest !== remoteDigest;
+    const availability = updateAvailableCondition({ channel, currentDigest, remoteDigest }, at);
+    const updateAvailable = availability.status === 'True';
     const failure = registryFailure as { missing: boolean; message: string } | null;
     const registryCondition: ObservedCondition = failure
       ? { type: 'RegistryReachable', status: failure.missing ? 'True' : 'False', reason: failure.missing ? 'NotFound' : 'Unreachable', message: failure.message, observedAt: at }
@@ -228,13 +230,7 @@ export class Observer {
         : { type: 'RegistryReachable', status: 'Unknown', reason: 'NotAsked', message: errors.join('; '), observedAt: at };
     const conditions: ObservedCondition[] = [
       registryCondition,
-      {
-        type: 'UpdateAvailable',
-        status: remoteDigest === null || currentDigest === null ? 'Unknown' : updateAvailable ? 'True' : 'False',
-        reason: remoteDigest === null || currentDigest === null ? 'DigestUnknown' : updateAvailable ? 'NewerDigest' : 'Newest',
-        message: `current ${currentDigest ?? 'unknown'}, ${channel ?? '?'}-latest ${remoteDigest ?? 'unknown'}`,
-        observedAt: at,
-      },
+      availability,
       {
         type: 'ComposeDrift',
         status: composeChanged === null ? 'Unknown' : composeChanged ? 'True' : 'False',

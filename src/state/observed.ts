@@ -23,6 +23,22 @@ export interface ObservedCondition {
   observedAt: string;
 }
 
+/**
+ * Whether the channel's newest build differs from the running one: decided once, by the observer
+ * when it writes the channel's row; the API serves the condition's status.
+ */
+export function updateAvailableCondition(c: Pick<ObservedData['channel'], 'channel' | 'currentDigest' | 'remoteDigest'>, observedAt: string): ObservedCondition {
+  const known = c.remoteDigest !== null && c.currentDigest !== null;
+  const newer = known && c.currentDigest !== c.remoteDigest;
+  return {
+    type: 'UpdateAvailable',
+    status: !known ? 'Unknown' : newer ? 'True' : 'False',
+    reason: !known ? 'DigestUnknown' : newer ? 'NewerDigest' : 'Newest',
+    message: `current ${c.currentDigest ?? 'unknown'}, ${c.channel ?? '?'}-latest ${c.remoteDigest ?? 'unknown'}`,
+    observedAt,
+  };
+}
+
 /** What each key's `data` holds. Never a secret value. */
 export interface ObservedData {
   /** The platform's containers (engine) and its service list (compose file). */

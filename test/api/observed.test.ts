@@ -12,6 +12,7 @@ import {
   readFresh,
   readObserved,
   requestRefresh,
+  updateAvailableCondition,
   writeObserved,
   type ObservedData,
   type ObservedKey,
@@ -44,7 +45,7 @@ class FakeObserver {
     await new Promise((r) => setTimeout(r, this.delayMs));
     const conditions = [{ type: 'EngineReachable' as const, status: 'True' as const, reason: 'EngineAnswered', message: 'the engine answered', observedAt: at() }];
     if (key === 'installer') await writeObserved(db, key, { data: this.world.installer, conditions, ...begun });
-    else if (key === 'channel') await writeObserved(db, key, { data: this.world.channel!, conditions: [], ...begun });
+    else if (key === 'channel') await writeObserved(db, key, { data: this.world.channel!, conditions: [updateAvailableCondition(this.world.channel!, new Date().toISOString())], ...begun });
     else await writeObserved(db, key, { data: this.world.platform, conditions, ...begun });
     this.served++;
   }

@@ -72,7 +72,8 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
       const { currentDigest, remoteDigest, composeChanged, errors } = observed;
       const warning = failedTargetWarning(last, remoteDigest);
       return {
-        updateAvailable: currentDigest !== null && remoteDigest !== null && currentDigest !== remoteDigest,
+        // The observer decided it when it wrote the row (its UpdateAvailable condition).
+        updateAvailable: row?.conditions.find((c) => c.type === 'UpdateAvailable')?.status === 'True',
         currentDigest,
         remoteDigest,
         composeChanged,
