@@ -340,6 +340,20 @@ export interface TranscriptEnd {
 }
 
 /**
+ * Withdraws a request no self-update controller claimed in time (none runs in any process): the
+ * request is aborted in preflight and its transcript ended, in one transaction, only while it is
+ * still `requested`. False when a controller claimed it meanwhile (it then goes on as usual).
+ */
+export async function withdrawUnclaimed(db: Kysely<DB>, requestId: string, detail: string): Promise<boolean> {
+  return db.transaction().execute(async (tx) => {
+    const row = await tx.selectFrom('self_update_requests').select('job_id').where('request_id', '=', requestId).executeTakeFirst();
+    if (!(await updateSelfUpdate(tx, requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested']))) return false;
+    await finishTranscript(tx, row?.job_id ?? null, { state: 'aborted', detail, exitCode: null });
+    return true;
+  });
+}
+
+/**
  * Ends an update's job: the last events (the helper's output and status), the decision (the update's
  * phase and detail), then `finished`, and the job's phase, all in one transaction (the caller's, when
  * given one). Only a running job ends, so a second call (another process, a retry after a restart)

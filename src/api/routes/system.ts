@@ -6,7 +6,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { ageFields, freshness } from '../observed-reads.ts';
 import { ageOf, readFresh } from '../../state/observed.ts';
-import { failedTargetWarning, finishTranscript, getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, updateSelfUpdate, type SelfUpdateView } from '../../state/self-update.ts';
+import { failedTargetWarning, getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, withdrawUnclaimed, type SelfUpdateView } from '../../state/self-update.ts';
 import { AppError, badRequest, conflict, unavailable } from '../../errors.ts';
 import { INSTANCE_HEADER } from '../../contracts/instance.ts';
 
@@ -113,12 +113,7 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
         const waited = Date.now() - started;
         if (view.phase === 'requested' && waited >= CLAIM_TIMEOUT_MS) {
           const detail = `no self-update controller claimed the request within ${CLAIM_TIMEOUT_MS / 1000} s; nothing was changed`;
-          const withdrawn = await db.transaction().execute(async (tx) => {
-            if (!(await updateSelfUpdate(tx, requestId, { phase: 'aborted', abortCode: 'preflight', detail, finished: true }, ['requested']))) return false;
-            await finishTranscript(tx, view!.jobId, { state: 'aborted', detail, exitCode: null });
-            return true;
-          });
-          if (withdrawn) throw unavailable(`self-update not started: ${detail}`);
+          if (await withdrawUnclaimed(db, requestId, detail)) throw unavailable(`self-update not started: ${detail}`);
           continue;
         }
         if (waited >= limit) {
