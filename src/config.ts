@@ -165,7 +165,7 @@ export const settingsSchema = z.object({
   /** Retention passes (docs/adr/0043-healthy-means-reconciling.md): one at start, then every this many minutes. */
   RETENTION_INTERVAL_MINUTES: z.coerce.number().min(0.01, 'must be more than 0').max(24 * 60, 'must be at most 1440 (a day)').default(60),
   /** Rows each retention statement deletes at most, and its timeout. */
-  RETENTION_BATCH_ROWS: z.coerce.number().int('must be a whole number').min(100, 'must be at least 100').max(100_000, 'must be at most 100000').default(5_000),
+  RETENTION_BATCH_ROWS: z.coerce.number().int('must be a whole number').min(100, 'must be at least 100').max(100_000, 'must be at most 100000').default(1_000),
   RETENTION_BATCH_TIMEOUT_MS: z.coerce.number().int('must be a whole number of milliseconds').min(50, 'must be at least 50').max(30_000, 'must be at most 30000').default(5_000),
   JOB_MEMORY_RETENTION_MINUTES: positiveInt.default(60),
   LOG_CLIENT_STALL_SECONDS: positiveInt.max(3600, 'must be at most 3600').default(30),

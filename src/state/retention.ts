@@ -1,7 +1,9 @@
 // Retention, applied in batches (docs/adr/0043-healthy-means-reconciling.md): each batch is one
 // short statement of its own, deleting at most `batchRows` rows found through an index, under its own
-// statement and lock timeouts. No statement ever holds months of rows, so none reaches the backend's
-// statement timeout, and the API's queries run between batches.
+// statement and lock timeouts, and followed by a pause as long as it took. No statement ever holds
+// months of rows, so none reaches the backend's statement timeout, and the API's queries run between
+// batches.
+import { setTimeout as wait } from 'node:timers/promises';
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { DB } from '../db/schema.ts';
 import { OUTBOX_RETENTION_DAYS } from './notifications.ts';
@@ -50,13 +52,22 @@ const signInCountersBatch: Batch = async (tx, limit) =>
   (await sql`delete from sign_in_counters where key = any(array(
       select key from sign_in_counters where window_start < now() - make_interval(secs => ${WINDOW_SECONDS * 2}) order by window_start limit ${limit}))`.execute(tx)).numAffectedRows;
 
-/** Lets the event loop (the API's requests) run between two batches. */
-const yieldToOthers = () => new Promise<void>((resolve) => setImmediate(resolve));
+/** The longest pause between two batches, ms. */
+export const MAX_BATCH_PAUSE_MS = 1_000;
+
+/**
+ * Waits between two batches as long as the last one took (at most MAX_BATCH_PAUSE_MS): a pass uses
+ * at most half of the database's time, and the API's queries run in the other half instead of
+ * queueing behind months of deletes. Resolves early when the pass is stopped.
+ */
+const pauseAfter = (tookMs: number, signal: AbortSignal) =>
+  wait(Math.min(tookMs, MAX_BATCH_PAUSE_MS), undefined, { signal }).catch(() => undefined);
 
 /** Runs `batch` until a batch deletes fewer than `batchRows` rows; returns how many went in all. */
 async function drain(db: Kysely<DB>, batch: Batch, limits: RetentionLimits, signal: AbortSignal): Promise<number> {
   let total = 0;
   while (!signal.aborted) {
+    const began = performance.now();
     const n = await db.transaction().execute(async (tx) => {
       // `set local`: the limits end with the batch's transaction, whatever connection it ran on.
       await sql`select set_config('statement_timeout', ${String(limits.batchTimeoutMs)}, true), set_config('lock_timeout', ${String(limits.batchTimeoutMs)}, true)`.execute(tx);
@@ -64,7 +75,7 @@ async function drain(db: Kysely<DB>, batch: Batch, limits: RetentionLimits, sign
     });
     total += n;
     if (n < limits.batchRows) break;
-    await yieldToOthers();
+    await pauseAfter(performance.now() - began, signal);
   }
   return total;
 }

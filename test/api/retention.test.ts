@@ -28,6 +28,24 @@ beforeAll(async () => {
       return null;
     end $$`.execute(db);
   await sql`create trigger test_retention_count before delete on deployment_job_events for each statement execute function test_retention_count()`.execute(db);
+  // When each DELETE statement began and ended (the database's clock), and a pause within it that
+  // makes a batch take a while without reaching its timeout.
+  await sql`create table test_retention_batches (began timestamptz, ended timestamptz, took_ms int)`.execute(db);
+  await sql`create table test_retention_drag (ms int not null)`.execute(db);
+  await sql`insert into test_retention_drag values (0)`.execute(db);
+  await sql`create function test_retention_began() returns trigger language plpgsql as $$
+    begin
+      perform pg_sleep((select ms from test_retention_drag) / 1000.0);
+      insert into test_retention_batches (began) values (statement_timestamp());
+      return null;
+    end $$`.execute(db);
+  await sql`create function test_retention_ended() returns trigger language plpgsql as $$
+    begin
+      update test_retention_batches set ended = clock_timestamp() where ended is null;
+      return null;
+    end $$`.execute(db);
+  await sql`create trigger test_retention_began before delete on deployment_job_events for each statement execute function test_retention_began()`.execute(db);
+  await sql`create trigger test_retention_ended after delete on deployment_job_events for each statement execute function test_retention_ended()`.execute(db);
 });
 afterAll(async () => t?.close());
 
@@ -58,6 +76,30 @@ describe('retention while the backend runs', () => {
     expect((await state()).deletes - deletesBefore).toBeGreaterThanOrEqual(11);
     await eventually(async () => !(await db.selectFrom('sign_in_counters').select('key').where('window_start', '<', daysAgo(0.5)).executeTakeFirst()), 'the old sign-in counter to go');
     expect(t.logs.join('')).toContain('pruned rows past their retention');
+  });
+
+  it('pauses after each batch as long as the batch took, so that a pass takes at most half of the database', async () => {
+    const db = t.db.database.db;
+    const old = await createJob(db, { kind: 'pull', params: {}, actor: { id: 'tester' } });
+    await sql`delete from test_retention_batches`.execute(db);
+    await sql`update test_retention_drag set ms = 150`.execute(db);
+    try {
+      await addEvents(old, 450, daysAgo(35));
+      await eventually(async () => (await eventsOf(old)) === 0, 'the events past the retention to go');
+    } finally {
+      await sql`update test_retention_drag set ms = 0`.execute(db);
+    }
+    const batches = (await sql<{ began: Date; ended: Date }>`select began, ended from test_retention_batches where ended is not null order by began`.execute(db)).rows;
+    // 450 rows at 100 a statement: five batches of one pass (and maybe a statement of a later pass).
+    expect(batches.length).toBeGreaterThanOrEqual(5);
+    const gaps = batches.slice(1, 5).map((b, i) => ({
+      took: batches[i]!.ended.getTime() - batches[i]!.began.getTime(),
+      pause: b.began.getTime() - batches[i]!.ended.getTime(),
+    }));
+    for (const g of gaps) {
+      expect(g.took).toBeGreaterThanOrEqual(140);
+      expect(g.pause).toBeGreaterThanOrEqual(g.took);
+    }
   });
 
   it('a pass that fails by statement timeout ends nothing, and the next one finishes the job', async () => {
