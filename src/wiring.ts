@@ -15,7 +15,7 @@ import { RecentLines, SecretSet } from './logger.ts';
 import { ServiceTokens } from './adapters/secrets.ts';
 import { engineFacts } from './adapters/diagnostics.ts';
 import { Controllers } from '../controllers/index.ts';
-import { KeylessSchedule, RetentionReconciler } from '../controllers/retention.ts';
+import { retentionQueue } from '../controllers/retention.ts';
 import type { Observer } from '../controllers/observer.ts';
 import { resolveChannel } from './config.ts';
 import { DockerSelfUpdateEngine, type SelfUpdateEngine } from './adapters/self-update.ts';
@@ -42,7 +42,7 @@ export interface Wired {
   /** The host migration's runner, as the jobs controller uses it. */
   hostRunner: HostRunner;
   /** The retention passes; `start` starts them where the controllers run. */
-  retention: KeylessSchedule;
+  retention: { start(): Promise<void>; stop(): Promise<void>; idle(): Promise<void> };
   /** Closes what a restart interrupted (database only); before the API answers. `start` does it too. */
   prepare(): Promise<void>;
   /**
@@ -151,15 +151,12 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
   });
   // Retention runs where the controllers do (docs/adr/0043-healthy-means-reconciling.md).
   const retentionIntervalMs = settings.RETENTION_INTERVAL_MINUTES * 60_000;
-  const retention = new KeylessSchedule(
-    new RetentionReconciler({
-      db: database.db,
-      logger: logger.child({ controller: 'retention' }),
-      limits: { jobEventDays: settings.JOB_EVENT_RETENTION_DAYS, batchRows: settings.RETENTION_BATCH_ROWS, batchTimeoutMs: settings.RETENTION_BATCH_TIMEOUT_MS },
-      intervalMs: retentionIntervalMs,
-    }),
-    { logger, intervalMs: retentionIntervalMs },
-  );
+  const retention = retentionQueue({
+    db: database.db,
+    logger: logger.child({ controller: 'retention' }),
+    limits: { jobEventDays: settings.JOB_EVENT_RETENTION_DAYS, batchRows: settings.RETENTION_BATCH_ROWS, batchTimeoutMs: settings.RETENTION_BATCH_TIMEOUT_MS },
+    intervalMs: retentionIntervalMs,
+  });
   const logs = new ContainerLogs(docker, { scrub, warn: (details, message) => logger.warn(details, message) });
   const users = userDirectory(database);
   let closeLocalSocket: (() => Promise<void>) | undefined;
@@ -194,7 +191,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       if (settings.INSTALLER_ROLE !== 'api') await controllers.prepare();
     },
     async start() {
-      if (settings.INSTALLER_ROLE !== 'api') retention.start();
+      if (settings.INSTALLER_ROLE !== 'api') await retention.start();
       // The API's streams hear of events stored by whichever process runs the controllers.
       if (settings.INSTALLER_ROLE !== 'controllers') unfollow = await events.follow((c, n) => database.listen(c, n));
       if (settings.INSTALLER_ROLE !== 'api') {
@@ -224,6 +221,7 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       await closeLocalSocket?.();
       closeLocalSocket = undefined;
       await retention.stop();
+      await retention.idle();
       await controllers.stop();
       await unfollow?.();
       unfollow = undefined;
