@@ -1,10 +1,12 @@
 // The observer: the one reconciler that writes observed state (docs/adr/0023-observed-state.md).
 // Level-based: `reconcile(key)` re-reads the world for one key and writes its row, whatever it saw
-// before. It runs on start, on the engine's event stream for the platform's and the installer's
-// compose projects (debounced), at a bounded interval (fast keys every `fastMs`, the channel every
-// `slowMs`), and on refresh requests (NOTIFY on OBSERVED_CHANNEL, and a poll of unserved requests
-// in case a notification was missed). A failed read is recorded, not thrown: the row's conditions
-// say the engine or the registry did not answer, and the next event, tick or request tries again.
+// before. It runs on the shared runtime (docs/adr/0042-reconcile-contract.md), one key per observed
+// thing, never let go: on start, on the engine's event stream for the platform's and the installer's
+// compose projects (debounced), at a bounded interval (each run of a fast key asks to run again after
+// `fastMs`, the channel after `slowMs`), and on refresh requests (NOTIFY on OBSERVED_CHANNEL, and a
+// poll of unserved requests in case a notification was missed). A failed read is recorded, not
+// thrown: the row's conditions say the engine or the registry did not answer. A throw (the database
+// away) is retried with the runtime's backoff; when retries run out the key rests for its interval.
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { DB } from '../src/db/schema.ts';
@@ -21,6 +23,8 @@ import {
 } from '../src/state/observed.ts';
 import { enqueueNotification } from '../src/state/notifications.ts';
 import type { Listen } from './runtime/shared-listen.ts';
+import { requeueAfter, type Reconciler, type ReconcileResult } from './runtime/reconcile.ts';
+import { WorkQueue } from './runtime/work-queue.ts';
 
 export interface ObserverDeps {
   db: Kysely<DB>;
@@ -47,17 +51,24 @@ export interface ObserverDeps {
 }
 
 const FAST_KEYS: readonly ObservedKey[] = ['platform', 'installer', 'engine', 'platformEnv'];
+
+/** The key whose run observes `key` (the channel's run writes the registry's row), or null. */
+function observable(key: string): ObservedKey | null {
+  if (key === 'registry') return 'channel';
+  return (['platform', 'installer', 'channel', 'engine', 'platformEnv'] as const).find((k) => k === key) ?? null;
+}
 const RECONNECT_MS = 2_000;
 
 const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
-export class Observer {
+export class Observer implements Reconciler<ObservedKey> {
+  readonly name = 'observer';
   private readonly log: Logger;
+  private queue: WorkQueue<ObservedKey> | undefined;
   private readonly timers = new Set<NodeJS.Timeout>();
-  private readonly running = new Map<ObservedKey, Promise<void>>();
-  private readonly again = new Set<ObservedKey>();
   private readonly debounced = new Map<ObservedKey, NodeJS.Timeout>();
-  private unlisten: (() => Promise<void>) | undefined;
+  /** The unserved refresh requests of one claim sweep. */
+  private pending: ObservedKey[] | null = null;
   private watcher: { stop(): void } | undefined;
   private stopped = true;
 
@@ -65,52 +76,75 @@ export class Observer {
     this.log = deps.logger.child({ component: 'observer' });
   }
 
+  /** A queue per start: a stopped queue keeps nothing for the next one. */
+  private newQueue(): WorkQueue<ObservedKey> {
+    const log = this.log;
+    return new WorkQueue<ObservedKey>({
+      reconciler: this,
+      logger: log,
+      listen: this.deps.listen,
+      channels: [OBSERVED_CHANNEL],
+      pollMs: this.deps.pollMs ?? 2_000,
+      claim: () => this.nextRequested(),
+      // A row's failed reads are its conditions; a throw (its write failed) leaves the row as it was.
+      status: {
+        recordError: async (key, condition) => log.warn({ key, reason: condition.message }, 'observation failed'),
+        fail: async (key, detail) => log.error({ key, reason: detail }, 'observation failed again; it is tried at the next interval'),
+      },
+      restAfterGivingUp: (key) => this.intervalOf(key),
+    });
+  }
+
+  private intervalOf(key: ObservedKey): number {
+    return key === 'channel' ? (this.deps.slowMs ?? 300_000) : (this.deps.fastMs ?? 30_000);
+  }
+
   async start(): Promise<void> {
     if (!this.stopped) return;
     this.stopped = false;
-    this.unlisten = await this.deps.listen(OBSERVED_CHANNEL, (payload) => this.kick(payload as ObservedKey));
-    this.every(this.deps.fastMs ?? 30_000, () => FAST_KEYS.forEach((k) => this.kick(k)));
-    this.every(this.deps.slowMs ?? 300_000, () => this.kick('channel'));
-    this.every(this.deps.pollMs ?? 2_000, () => void this.servePending());
+    const queue = (this.queue = this.newQueue());
+    this.pending = null;
+    await queue.start();
     this.follow();
-    // The channel (registry, compose files) is read on the first request or tick, not at boot:
-    // a backend that nobody asks does not pull or create anything right away.
-    for (const k of FAST_KEYS) this.kick(k);
+    for (const k of FAST_KEYS) queue.enqueue(k);
+    // The channel (registry, compose files) is read on the first request or after its interval,
+    // not at boot: a backend that nobody asks does not pull or create anything right away.
+    queue.enqueueAfter('channel', this.intervalOf('channel'));
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
-    for (const t of this.timers) clearInterval(t);
+    for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
     for (const t of this.debounced.values()) clearTimeout(t);
     this.debounced.clear();
     this.watcher?.stop();
     this.watcher = undefined;
-    await this.unlisten?.();
-    this.unlisten = undefined;
-    await Promise.allSettled([...this.running.values()]);
+    await this.queue?.stop();
+    await this.queue?.idle();
   }
 
   /** Reconciles `key` now, or once more after the run in progress (a request never waits for a stale run). */
   kick(key: ObservedKey): void {
-    if (this.stopped) return;
-    if (key === 'registry') key = 'channel';
-    if (!['platform', 'installer', 'channel', 'engine', 'platformEnv'].includes(key)) return;
-    if (this.running.has(key)) {
-      this.again.add(key);
-      return;
-    }
-    const run = this.reconcile(key)
-      .catch((err: unknown) => this.log.error({ err, key }, 'observation failed'))
-      .finally(() => {
-        this.running.delete(key);
-        if (this.again.delete(key)) this.kick(key);
-      });
-    this.running.set(key, run);
+    const k = observable(key);
+    if (k && !this.stopped) this.queue?.enqueue(k);
+  }
+
+  /** The runtime's claim: each unserved refresh request once per sweep, then null. */
+  private async nextRequested(): Promise<ObservedKey | null> {
+    this.pending ??= (await pendingRefreshes(this.deps.db)).map(observable).filter((k): k is ObservedKey => k !== null);
+    const next = this.pending.shift();
+    if (next === undefined) this.pending = null;
+    return next ?? null;
+  }
+
+  async reconcile(key: ObservedKey): Promise<ReconcileResult> {
+    await this.observe(key);
+    return requeueAfter(this.intervalOf(key), 'the next observation');
   }
 
   /** Re-reads the world for `key` and writes its row (the channel's run writes the registry's too). */
-  async reconcile(key: ObservedKey): Promise<void> {
+  private async observe(key: ObservedKey): Promise<void> {
     const { db } = this.deps;
     switch (key) {
       case 'platform': {
@@ -250,20 +284,6 @@ export class Observer {
       ? { reachable: failure.missing, error: failure.message }
       : { reachable: remoteDigest !== null ? true : null };
     await writeObserved(db, 'registry', { data: registry, conditions: [{ ...registryCondition, observedAt: begunRegistry.startedAt.toISOString() }], ...begunRegistry });
-  }
-
-  private every(ms: number, fn: () => void): void {
-    const t = setInterval(fn, ms);
-    t.unref();
-    this.timers.add(t);
-  }
-
-  private async servePending(): Promise<void> {
-    try {
-      for (const k of await pendingRefreshes(this.deps.db)) this.kick(k);
-    } catch (err) {
-      this.log.warn({ err }, 'could not read pending observation requests');
-    }
   }
 
   private debounce(key: ObservedKey): void {

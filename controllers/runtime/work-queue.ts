@@ -36,6 +36,11 @@ export interface WorkQueueOptions<K> {
   stopAborts?: boolean;
   /** Rows past their deadline, looked for at start and every `everyMs`. */
   watchdog?: { everyMs: number; overdue(): Promise<Overdue<K>[]> };
+  /**
+   * Standing keys (a thing observed for as long as the process runs, not a request that ends): when
+   * a key's retries run out it is not let go, but looked at again after this many ms.
+   */
+  restAfterGivingUp?(key: K): number;
 }
 
 interface Entry<K> {
@@ -133,15 +138,27 @@ export class WorkQueue<K> {
     else this.enqueue(null as K);
   }
 
-  /** Runs `key` now, or once more after its run in progress; a key waiting for a retry keeps waiting. */
-  enqueue(key: K): void {
-    if (this.stopped) return;
+  private entry(key: K): { id: string; e: Entry<K> } {
     const id = this.idOf(key);
     let e = this.entries.get(id);
     if (!e) {
       e = { key, attempt: 0, running: null, again: false, backingOff: false, timer: undefined, abort: new AbortController(), ended: false };
       this.entries.set(id, e);
     }
+    return { id, e };
+  }
+
+  /** Runs `key` after `ms`, unless something runs it sooner; a key already held keeps its own timer. */
+  enqueueAfter(key: K, ms: number): void {
+    if (this.stopped || this.entries.has(this.idOf(key))) return;
+    const { id, e } = this.entry(key);
+    this.later(id, e, ms);
+  }
+
+  /** Runs `key` now, or once more after its run in progress; a key waiting for a retry keeps waiting. */
+  enqueue(key: K): void {
+    if (this.stopped) return;
+    const { id, e } = this.entry(key);
     if (e.running) {
       e.again = true;
       return;
@@ -247,6 +264,14 @@ export class WorkQueue<K> {
     await this.o.status.recordError(e.key, errorCondition(this.name, err, e.attempt)).catch((recordErr: unknown) =>
       this.o.logger.warn({ err: recordErr, key: id }, `${this.name}: the error condition was not stored`),
     );
+    if (delay === null && this.o.restAfterGivingUp) {
+      // A standing key: recorded as failed, and looked at again after its rest.
+      await this.o.status.fail(e.key, messageOf(err)).catch((failErr: unknown) => this.o.logger.warn({ err: failErr, key: id }, `${this.name}: the failure was not stored`));
+      // The attempts still count: the next success writes the recovered condition.
+      e.again = false;
+      this.later(id, e, this.o.restAfterGivingUp(e.key));
+      return;
+    }
     if (delay === null) {
       await this.end(id, e, messageOf(err));
       return;

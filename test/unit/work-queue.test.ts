@@ -251,4 +251,56 @@ describe('work queue', () => {
     q.wake();
     await eventually(() => calls === BACKOFF.attempts + 1, 'the next wake');
   });
+
+  it('a standing key is not let go when its retries run out: it rests, runs again, and records its recovery', async () => {
+    const calls: number[] = [];
+    let failing = true;
+    const r = recorder<string>();
+    const q = queue<string>({
+      reconciler: {
+        name: 'observer',
+        reconcile: async () => {
+          calls.push(Date.now());
+          if (failing) throw new Error('the row was not written');
+          return requeueAfter(3_600_000, 'the next look');
+        },
+      },
+      status: r.status,
+      claim: async () => undefined,
+      restAfterGivingUp: () => 150,
+    });
+    await q.start();
+    q.enqueue('platform');
+    await eventually(() => r.failed.length === 1, 'retries ran out');
+    const gaveUpAt = Date.now();
+    expect(r.failed).toEqual([{ key: 'platform', detail: 'the row was not written' }]);
+    // Held while it rests.
+    expect(q.inFlight).toBe(1);
+    failing = false;
+    await eventually(() => r.recovered.length === 1, 'the run after the rest');
+    expect(calls).toHaveLength(BACKOFF.attempts + 1);
+    expect(calls.at(-1)! - gaveUpAt).toBeGreaterThanOrEqual(100);
+    expect(r.recovered[0]!.condition).toMatchObject({ reason: 'Recovered', message: expect.stringContaining(`after ${BACKOFF.attempts} failed attempts`) });
+    expect(q.inFlight).toBe(1);
+  });
+
+  it('enqueueAfter runs a key once its delay is over, or sooner when woken for it; a held key keeps its own timer', async () => {
+    const seen: { key: string; at: number }[] = [];
+    const r = recorder<string>();
+    const q = queue<string>({ reconciler: { name: 't', reconcile: async (key) => (seen.push({ key, at: Date.now() }), done()) }, status: r.status, claim: async () => undefined });
+    await q.start();
+    const began = Date.now();
+    q.enqueueAfter('channel', 200);
+    q.enqueueAfter('other', 5_000);
+    await new Promise((res) => setTimeout(res, 50));
+    expect(seen).toEqual([]);
+    q.enqueueAfter('channel', 10); // held already: its timer stays
+    await eventually(() => seen.length === 1, 'the delayed key');
+    expect(seen[0]!.key).toBe('channel');
+    expect(seen[0]!.at - began).toBeGreaterThanOrEqual(190);
+    q.enqueue('other');
+    await eventually(() => seen.length === 2, 'the key woken before its delay');
+    expect(seen[1]!.key).toBe('other');
+    expect(seen[1]!.at - began).toBeLessThan(5_000);
+  });
 });
