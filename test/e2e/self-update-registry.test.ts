@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { ROOT } from '../helpers/shared/process.ts';
-import { docker, REGISTRY, run } from '../helpers/e2e/rig.ts';
+import { docker, REGISTRY, retryOnSharedEngine, run } from '../helpers/e2e/rig.ts';
 import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
 import type { RuntimePort, VersionInfo } from '../../src/contracts/ports.ts';
@@ -34,8 +34,10 @@ async function buildAndPush(ref: string, compose: string, label: string): Promis
     path.join(ctx, 'Dockerfile'),
     `FROM installer-rig/busybox:latest\nLABEL io.installer.test=${label}\nCOPY docker-compose.dev.yml /usr/src/app/deploy/docker-compose.dev.yml\n`,
   );
-  await docker(['build', '-q', '-t', ref, ctx], { env: { DOCKER_BUILDKIT: '0' } });
-  await docker(['push', '-q', ref]);
+  await retryOnSharedEngine(`building ${ref}`, async () => {
+    await docker(['build', '-q', '-t', ref, ctx], { env: { DOCKER_BUILDKIT: '0' } });
+    await docker(['push', '-q', ref]);
+  });
   const repo = ref.slice(0, ref.lastIndexOf(':'));
   const digests = await docker(['image', 'inspect', '--format', '{{range .RepoDigests}}{{println .}}{{end}}', ref]);
   const d = digests.split('\n').find((l) => l.startsWith(`${repo}@`))!.split('@')[1]!;

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Browser } from 'playwright-core';
 import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
-import { docker, REGISTRY, run, startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
+import { docker, REGISTRY, retryOnSharedEngine, run, startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
 import { ensureUiBuilt, launchChromium, newPage, shoot, signIn, useToken } from '../helpers/e2e/ui.ts';
 import { ContainerLogs } from '../../src/adapters/container-logs/index.ts';
 import { connectEngine } from '../../src/adapters/docker-engine.ts';
@@ -185,8 +185,10 @@ describe('operator UI', () => {
     const ctx = mkdtempSync(path.join(tmpdir(), 'ui-pull-'));
     writeFileSync(path.join(ctx, 'Dockerfile'), 'FROM installer-rig/busybox:latest\nCOPY blob /blob\n');
     writeFileSync(path.join(ctx, 'blob'), randomBytes(4 * 1024 * 1024));
-    await run('docker', ['build', '-q', '-t', pullImage, ctx], { env: { DOCKER_BUILDKIT: '0' } });
-    await docker(['push', pullImage]);
+    await retryOnSharedEngine(`building ${pullImage}`, async () => {
+      await docker(['build', '-q', '-t', pullImage, ctx], { env: { DOCKER_BUILDKIT: '0' } });
+      await docker(['push', pullImage]);
+    });
     await docker(['rmi', pullImage]);
     appendFileSync(path.join(p.dir, '.env'), `PLATFORM_IMAGE=${pullImage}\n`);
     const { context, page } = await newPage(browser);

@@ -56,6 +56,23 @@ export { freePort };
 
 export const uniqueName = (prefix: string) => `${prefix}-${randomBytes(4).toString('hex')}`;
 
+/**
+ * Other suites on the same engine prune dangling images; the legacy builder commits an image before
+ * it tags it, so a prune in between deletes a fresh build ("could not find image from tag"). Such a
+ * build is repeated, twice at most; any other failure is thrown at once.
+ */
+export async function retryOnSharedEngine<T>(what: string, fn: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn();
+    } catch (err) {
+      const raced = /could not find image|No such image|failed to get digest|no such file or directory/i.test((err as Error).message);
+      if (!raced || attempt >= 3) throw err;
+      process.stderr.write(`${what}: the image vanished (a concurrent prune?); building again\n`);
+    }
+  }
+}
+
 /** Builds the installer image on the rig, pushes the tags and returns each tag's registry digest. */
 export async function buildInstallerImage(tags: string[]): Promise<Record<string, string>> {
   const out = await must('bash', [path.join(ROOT, 'scripts/build-image.sh'), '--rig', '--push', ...tags], { timeoutMs: 10 * 60_000 });

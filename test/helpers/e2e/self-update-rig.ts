@@ -5,7 +5,7 @@ import { mkdirSync, rmdirSync, rmSync, writeFileSync, readFileSync } from 'node:
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { ROOT } from '../shared/process.ts';
-import { docker, must, REGISTRY, run } from './rig.ts';
+import { docker, must, REGISTRY, retryOnSharedEngine, run } from './rig.ts';
 import { startStack, type Stack } from './stack.ts';
 import { eventually } from '../shared/eventually.ts';
 import { parseSse, type SseMessage } from '../shared/sse.ts';
@@ -30,23 +30,6 @@ export async function pushAs(source: string, target: string): Promise<string> {
   await docker(['tag', source, target]);
   await docker(['push', '-q', target]);
   return localDigest(target);
-}
-
-/**
- * Other suites on the same engine prune dangling images; the legacy builder commits an image before
- * it tags it, so a prune in between deletes a fresh build ("could not find image from tag"). Such a
- * build is repeated, twice at most; any other failure is thrown at once.
- */
-async function retryOnSharedEngine<T>(what: string, fn: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await fn();
-    } catch (err) {
-      const raced = /could not find image|No such image|failed to get digest|no such file or directory/i.test((err as Error).message);
-      if (!raced || attempt >= 3) throw err;
-      process.stderr.write(`${what}: the image vanished (a concurrent prune?); building again\n`);
-    }
-  }
 }
 
 export class Images {
