@@ -234,20 +234,20 @@ export class Controllers {
   /** Starts the given controllers (all by default). Call once the database is migrated. */
   async start(groups: ControllerGroup[] = ALL_GROUPS): Promise<void> {
     await this.prepare(groups);
+    // Side by side: each start opens its LISTEN connections (one per channel, shared) and runs its
+    // watchdog's first pass; none waits for another, and the boot waits for the slowest alone.
+    const starts: Promise<void>[] = [];
     if (groups.includes('jobs')) {
-      await this.jobQueue.start();
-      await this.cancelQueue.start();
+      starts.push(this.jobQueue.start(), this.cancelQueue.start());
       this.sweeper = setInterval(() => this.d.events.sweep(), this.d.sweepMs ?? 60_000);
       this.sweeper.unref();
     }
-    if (groups.includes('self-update')) {
-      await this.updateQueue.start();
-      // The outcome's run is not awaited: the backend must come up (and be judged healthy) while the helper still waits.
-      await this.outcomeQueue.start();
-    }
-    if (groups.includes('observer')) await this.observer.start();
-    if (groups.includes('notifications')) await this.notifyQueue.start();
-    if (groups.includes('update-policy')) await this.policyQueue.start();
+    // The outcome's run is not awaited: the backend must come up (and be judged healthy) while the helper still waits.
+    if (groups.includes('self-update')) starts.push(this.updateQueue.start(), this.outcomeQueue.start());
+    if (groups.includes('observer')) starts.push(this.observer.start());
+    if (groups.includes('notifications')) starts.push(this.notifyQueue.start());
+    if (groups.includes('update-policy')) starts.push(this.policyQueue.start());
+    await Promise.all(starts);
   }
 
   async stop(): Promise<void> {

@@ -191,13 +191,13 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       if (settings.INSTALLER_ROLE !== 'api') await controllers.prepare();
     },
     async start() {
-      if (settings.INSTALLER_ROLE !== 'api') await retention.start();
-      // The API's streams hear of events stored by whichever process runs the controllers.
-      if (settings.INSTALLER_ROLE !== 'controllers') unfollow = await events.follow((c, n) => database.listen(c, n));
-      if (settings.INSTALLER_ROLE !== 'api') {
+      await Promise.all([
+        settings.INSTALLER_ROLE !== 'api' ? retention.start() : undefined,
+        // The API's streams hear of events stored by whichever process runs the controllers.
+        settings.INSTALLER_ROLE !== 'controllers' ? events.follow((c, n) => database.listen(c, n)).then((u) => void (unfollow = u)) : undefined,
         // Every reconciler, the observer (the one writer of observed state) among them.
-        await controllers.start();
-      }
+        settings.INSTALLER_ROLE !== 'api' ? controllers.start() : undefined,
+      ]);
       // The embedded database is this process's alone: the `user` CLI hands its changes over here.
       if (database.kind === 'pglite') {
         const log = logger.child({ component: 'local-socket' });
