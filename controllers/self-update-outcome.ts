@@ -15,7 +15,8 @@ import { quarantineDigest } from '../src/state/update-policy.ts';
 import { startReconcileRun, updateReconcileRun } from '../src/state/reconcile-runs.ts';
 import { enqueueNotification } from '../src/state/notifications.ts';
 import { settleDowntime } from '../src/state/update-history.ts';
-import { HELPER_NAME, type SelfUpdateEngine } from '../src/adapters/self-update.ts';
+import { type SelfUpdateEngine } from '../src/adapters/self-update.ts';
+import { HELPER_NAME } from '../src/adapters/self-update-helper.ts';
 import {
   BOOT_RECONCILE_CHART_VERSION, bootReconcileMachine, CHANGED_SCHEMA, helperReason, phaseOfOutcome, restoreCommand,
   type HelperOutcome, type PendingUpdate, type ReconcileOutcome, type RecordInput, type RepointInput, type RunningNow, type UndecidedInput,

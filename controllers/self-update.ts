@@ -19,7 +19,9 @@ import {
   updateSelfUpdate, type SelfUpdateView,
 } from '../src/state/self-update.ts';
 import type { NewJobEvent } from '../src/state/job-events.ts';
-import { BACKEND_SERVICE, helperBudgetMs, helperSpec, HELPER_NAME, sha256Of, type SelfUpdateEngine, type SelfUpdateSettings } from '../src/adapters/self-update.ts';
+import { type SelfUpdateEngine, type SelfUpdateSettings } from '../src/adapters/self-update.ts';
+import { BACKEND_SERVICE, helperBudgetMs, helperSpec, HELPER_NAME } from '../src/adapters/self-update-helper.ts';
+import { sha256Of } from '../src/adapters/compose-source.ts';
 import {
   abortDetail, phaseOfState, SELF_UPDATE_CHART_VERSION, selfUpdateMachine,
   type PreflightChanges, type RecordActionInput, type RecordedAction, type ResolvedTarget, type RunningImage, type SelfUpdateContext,

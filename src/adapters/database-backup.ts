@@ -10,6 +10,7 @@ import type Docker from 'dockerode';
 import { mkdir, readdir, rename, rm, statfs, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Writable, type Readable } from 'node:stream';
+import { engineMessage } from './engine-errors.ts';
 
 /** The named volume backups go to (deploy/docker-compose.yml). */
 export const BACKUPS_VOLUME = 'installer-backups';
@@ -104,11 +105,6 @@ export function backupsToRemove(names: readonly string[], keep: number, alarmed:
   const unfinished = names.filter((n) => n.endsWith('.partial') && NAME.test(n.slice(0, -'.partial'.length))).sort();
   return [...ours.slice(0, Math.max(0, ours.length - keep)), ...unfinished];
 }
-
-const engineMessage = (err: unknown): string => {
-  const e = err as { json?: { message?: string }; message?: string };
-  return e.json?.message ?? e.message ?? String(err);
-};
 
 /** A writable that keeps what is written to it in `into`. */
 function collect(into: Buffer[]): Writable {

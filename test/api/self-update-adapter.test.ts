@@ -8,7 +8,9 @@ import { tmpdir } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import path from 'node:path';
 import Docker from 'dockerode';
-import { composeFileOfChannel, DockerSelfUpdateEngine, ENGINE_REQUEST_TIMEOUT_MS, demultiplex, fetchComposeFile, firstFileOfTar, HELPER_INIT_TIMEOUT_SECONDS, helperSpec, imageComposePath, parseHelperLog, stagedComposePath } from '../../src/adapters/self-update.ts';
+import { DockerSelfUpdateEngine } from '../../src/adapters/self-update.ts';
+import { ENGINE_REQUEST_TIMEOUT_MS, demultiplex, HELPER_INIT_TIMEOUT_SECONDS, helperSpec, parseHelperLog, stagedComposePath } from '../../src/adapters/self-update-helper.ts';
+import { composeFileOfChannel, fetchComposeFile, firstFileOfTar, imageComposePath } from '../../src/adapters/compose-source.ts';
 import { Readable } from 'node:stream';
 
 const COMPOSE = 'name: installer\nservices:\n  backend:\n    image: x\n';

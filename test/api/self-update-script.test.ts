@@ -10,7 +10,7 @@ import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { ROOT } from '../helpers/shared/process.ts';
-import { parseHelperLog } from '../../src/adapters/self-update.ts';
+import { parseHelperLog } from '../../src/adapters/self-update-helper.ts';
 
 const SCRIPT = path.join(ROOT, 'scripts/self-update.sh');
 const OLD = 'services:\n  backend: { image: old }\n';

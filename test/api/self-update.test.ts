@@ -14,7 +14,7 @@ import { getSelfUpdate, listSelfUpdates, pendingReconciliation as pendingReconci
 import { Sealer } from '../../src/state/platform-config.ts';
 import { listQuarantine } from '../../src/state/update-policy.ts';
 import { INSTANCE_HEADER } from '../../src/contracts/instance.ts';
-import { sha256Of } from '../../src/adapters/self-update.ts';
+import { sha256Of } from '../../src/adapters/compose-source.ts';
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };

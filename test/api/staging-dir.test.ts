@@ -9,7 +9,9 @@ import { chmodSync, chownSync, existsSync, lstatSync, mkdirSync, mkdtempSync, re
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import Docker from 'dockerode';
-import { DockerSelfUpdateEngine, stagedComposePath, sha256Of } from '../../src/adapters/self-update.ts';
+import { DockerSelfUpdateEngine } from '../../src/adapters/self-update.ts';
+import { stagedComposePath } from '../../src/adapters/self-update-helper.ts';
+import { sha256Of } from '../../src/adapters/compose-source.ts';
 import { FakeEngine, REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
 import { TEST_SECRETS } from '../helpers/api/app.ts';
 import { listSelfUpdates } from '../../src/state/self-update.ts';

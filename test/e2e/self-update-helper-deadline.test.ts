@@ -4,7 +4,8 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import Docker from 'dockerode';
 import { run } from '../helpers/e2e/rig.ts';
-import { DockerSelfUpdateEngine, HELPER_NAME, type SelfUpdateSettings } from '../../src/adapters/self-update.ts';
+import { DockerSelfUpdateEngine, type SelfUpdateSettings } from '../../src/adapters/self-update.ts';
+import { HELPER_NAME } from '../../src/adapters/self-update-helper.ts';
 import type { RuntimePort } from '../../src/contracts/ports.ts';
 
 const docker = new Docker();

@@ -4,7 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { isDatabaseUnavailable } from '../../src/errors.ts';
 import { composeEnv, engineUnreachable } from '../../src/adapters/compose-cli.ts';
-import { registryMessage } from '../../src/adapters/self-update.ts';
+import { registryMessage } from '../../src/adapters/engine-errors.ts';
 
 const netError = (code: string, address: string, port?: number) => Object.assign(new Error(`connect ${code} ${address}`), { code, address, syscall: 'connect', ...(port ? { port } : {}) });
 
