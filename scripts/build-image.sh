@@ -44,6 +44,16 @@ if [ ! -d "$deps/node_modules" ]; then
   (cd "$deps" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error)
 fi
 
+# What the context is made from, by content: a context made from the same sources is not made
+# again (compiling, bundling and building the UI take most of a build), here or by the next build.
+sources_hash=$(cd "$root" && find tsconfig.json tsconfig.build.json package.json package-lock.json src machines controllers migrations scripts deploy \
+  -type f ! -path 'src/ui/dist/*' ! -path '*/node_modules/*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-32)
+made=0
+if [ -z "$context_only" ] && [ -d "$ctx/dist" ] && [ "$(cat "$cache/context.sources" 2>/dev/null)" = "$sources_hash" ]; then made=1; fi
+rm -f "$cache/context.sources"
+if [ "$made" = 1 ]; then echo "context: reused (sources $sources_hash)"; else echo "context: made (sources $sources_hash)"; fi
+
+if [ "$made" = 0 ]; then
 # A fresh output each build: a file whose source was removed (a module, a migration) must not ship.
 rm -rf "$cache/dist"
 (cd "$root" && npx tsc -p tsconfig.build.json --outDir "$cache/dist")
@@ -68,7 +78,9 @@ cp "$root/deploy/docker-compose.yml" "$root/deploy/docker-compose.dev.yml" "$ctx
 cat > "$ctx/.dockerignore" <<'IGNORE'
 .dockerignore
 IGNORE
+fi
 [ -n "$context_only" ] && { echo "context ready: $ctx"; exit 0; }
+echo "$sources_hash" >"$cache/context.sources"
 
 args=()
 if [ "$rig" = 1 ]; then

@@ -75,7 +75,9 @@ export async function retryOnSharedEngine<T>(what: string, fn: () => Promise<T>)
 
 /** Builds the installer image on the rig, pushes the tags and returns each tag's registry digest. */
 export async function buildInstallerImage(tags: string[]): Promise<Record<string, string>> {
-  const out = await must('bash', [path.join(ROOT, 'scripts/build-image.sh'), '--rig', '--push', ...tags], { timeoutMs: 10 * 60_000 });
+  const out = await retryOnSharedEngine(`building ${tags.join(' ')}`, () =>
+    must('bash', [path.join(ROOT, 'scripts/build-image.sh'), '--rig', '--push', ...tags], { timeoutMs: 10 * 60_000 }),
+  );
   const digests: Record<string, string> = {};
   for (const m of out.matchAll(/^digest (\S+) (sha256:[0-9a-f]{64})$/gm)) digests[m[1]!] = m[2]!;
   for (const t of tags) if (!digests[t]) throw new Error(`no digest reported for ${t}:\n${out}`);
