@@ -105,7 +105,8 @@ describe('migrate-host.sh on a systemd host', () => {
     expect(r.stdout).toContain(`WARNING: ${STUBBORN_UNIT} did not stop within 2 s: force-killing it`);
     expect(r.stdout).toContain(`+ systemctl kill --signal=SIGKILL ${STUBBORN_UNIT}`);
     expect(r.stdout).toContain(`${STUBBORN_UNIT} stopped (force-killed)`);
-    expect(elapsedMs).toBeLessThan(45_000);
+    // With the default STOP_TIMEOUT=60 the stop alone would take a minute; the whole run takes less.
+    expect(elapsedMs).toBeLessThan(60_000);
 
     // BACKUP_DIR: the moved file, copies of the masked-away files, the exports backup.
     const backup = (await host.sh(`ls -1 ${BACKUP_DIR}`)).trim().split('\n');

@@ -17,10 +17,13 @@ const CALLS = 20;
 const headers = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy' };
 let p: PlatformProject;
 let t: TestApp;
+/** The image the installer here "runs" as, and so the image of its compose readers. */
+let imageId = '';
 
-/** compose-reader containers the engine created between two instants (epoch seconds). */
+/** compose-reader containers of this test's image the engine created between two instants (epoch seconds). */
 async function readersCreated(since: string, until: string): Promise<number> {
-  const out = await docker(['events', '--since', since, '--until', until, '--filter', 'type=container', '--filter', 'event=create', '--filter', 'label=io.installer.role=compose-reader', '--format', '{{.ID}}']);
+  // Other files' installers (the stack's) read their compose files with readers of their own image.
+  const out = await docker(['events', '--since', since, '--until', until, '--filter', 'type=container', '--filter', 'event=create', '--filter', 'label=io.installer.role=compose-reader', '--filter', `image=${imageId}`, '--format', '{{.ID}}']);
   return out.split('\n').filter(Boolean).length;
 }
 const epoch = () => (Date.now() / 1000).toFixed(3);
@@ -31,7 +34,7 @@ beforeAll(async () => {
   // The installer "runs in a container" of the platform's own image, so that its local compose file
   // is read as in production: through a created container of that image with the work dir mounted.
   const [first] = await p.containers();
-  const imageId = (JSON.parse(await docker(['inspect', first!.id]))[0] as { Image: string }).Image;
+  imageId = (JSON.parse(await docker(['inspect', first!.id]))[0] as { Image: string }).Image;
   const workDir = mkdtempSync(path.join(tmpdir(), 'observer-work-'));
   writeFileSync(path.join(workDir, 'docker-compose.dev.yml'), readFileSync(path.join(ROOT, 'deploy/docker-compose.dev.yml'), 'utf8'));
   const runtime: RuntimePort = {

@@ -1,5 +1,7 @@
 // Ends every run with the plain line `N passed, N failed` that CI reads. Tests that never ran
 // because their file failed (a failing beforeAll, an import error) count as failed, not skipped.
+// With VITEST_SUMMARY_FILE set (scripts/run-tests.ts), the counts are written there too.
+import { writeFileSync } from 'node:fs';
 import type { Reporter, TestModule } from 'vitest/node';
 
 export default class SummaryReporter implements Reporter {
@@ -19,5 +21,6 @@ export default class SummaryReporter implements Reporter {
       if (fileFailed && tests.length === 0) failed++;
     }
     process.stdout.write(`\n${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}\n`);
+    if (process.env.VITEST_SUMMARY_FILE) writeFileSync(process.env.VITEST_SUMMARY_FILE, JSON.stringify({ passed, failed, skipped }));
   }
 }
