@@ -7,7 +7,7 @@
 // the sum of both runs, `N passed, N failed`. Arguments are passed to both runs.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { availableParallelism, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -23,9 +23,9 @@ interface Counts {
   skipped: number;
 }
 
-function runVitest(name: string, projects: string[], prefix: string, extra: string[] = []): Promise<{ code: number | null; counts: Counts | null }> {
+function runVitest(name: string, projects: string[], prefix: string): Promise<{ code: number | null; counts: Counts | null }> {
   const summary = path.join(dir, `${name}.json`);
-  const child = spawn(process.execPath, [vitest, 'run', '--passWithNoTests', ...projects.flatMap((p) => ['--project', p]), ...extra, ...args], {
+  const child = spawn(process.execPath, [vitest, 'run', '--passWithNoTests', ...projects.flatMap((p) => ['--project', p]), ...args], {
     cwd: root,
     env: { ...process.env, VITEST_SUMMARY_FILE: summary },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -46,14 +46,7 @@ function runVitest(name: string, projects: string[], prefix: string, extra: stri
   });
 }
 
-// Two files at a time in the second run even on two cores (vitest would give it one worker there):
-// its files wait on the engine, Postgres or a browser as much as they compute, and one run alone
-// left a core idle for the last quarter of the suite.
-const workers = Math.max(2, availableParallelism() - 1);
-const [serial, rest] = await Promise.all([
-  runVitest('serial', ['e2e-serial'], 'serial │ '),
-  runVitest('rest', ['unit', 'api', 'e2e'], '', [`--maxWorkers=${workers}`]),
-]);
+const [serial, rest] = await Promise.all([runVitest('serial', ['e2e-serial'], 'serial │ '), runVitest('rest', ['unit', 'api', 'e2e'], '')]);
 rmSync(dir, { recursive: true, force: true });
 let passed = 0;
 let failed = 0;
