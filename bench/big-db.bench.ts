@@ -8,7 +8,8 @@
 // - replay of a 100,000-event job over SSE, from the database;
 // - a page of the audit trail deep in it (900,000 rows in; and a busy actor's, 15,000 of its rows in).
 // Knobs (environment): BIGDB_NAME (bigdb), BIGDB_EVENTS, BIGDB_AUDIT_ROWS (see the generator),
-// BENCH_BIGDB_OLD_EVENTS (1000000) events past the retention at boot, BENCH_BACKEND_DIST a tsc
+// BENCH_BIGDB_OLD_EVENTS (1000000) events past the retention at boot, RETENTION_BATCH_ROWS the
+// backend's batch (its default unless set), BENCH_BACKEND_DIST a tsc
 // build to run instead of making one (a directory with dist/, package.json and node_modules).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -82,7 +83,8 @@ const bench: Bench = async (log) => {
 
     const ctx = { dist: process.env.BENCH_BACKEND_DIST ?? (await buildBackend(tmp, log)), db: { url: bigDbUrl() } as TestDatabase, dataDir: path.join(tmp, 'data'), tmp };
     // 1. Boot to healthy, with a million rows to prune.
-    backend = await startBackend('build', ctx, { LOG_LEVEL: 'info', AUDIT_CACHE_MS: '0' }, 1);
+    const batchRows = process.env.RETENTION_BATCH_ROWS ? { RETENTION_BATCH_ROWS: process.env.RETENTION_BATCH_ROWS } : {};
+    backend = await startBackend('build', ctx, { LOG_LEVEL: 'info', AUDIT_CACHE_MS: '0', ...batchRows }, 1);
     const b = backend;
     add('boot to healthy', b.bootMs, 'ms', '<= 2000 ms', b.bootMs <= 2000);
 
