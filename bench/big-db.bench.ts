@@ -83,8 +83,9 @@ const bench: Bench = async (log) => {
 
     const ctx = { dist: process.env.BENCH_BACKEND_DIST ?? (await buildBackend(tmp, log)), db: { url: bigDbUrl() } as TestDatabase, dataDir: path.join(tmp, 'data'), tmp };
     // 1. Boot to healthy, with a million rows to prune.
-    const batchRows = process.env.RETENTION_BATCH_ROWS ? { RETENTION_BATCH_ROWS: process.env.RETENTION_BATCH_ROWS } : {};
-    backend = await startBackend('build', ctx, { LOG_LEVEL: 'info', AUDIT_CACHE_MS: '0', ...batchRows }, 1);
+    const env: Record<string, string> = { LOG_LEVEL: 'info', AUDIT_CACHE_MS: '0' };
+    if (process.env.RETENTION_BATCH_ROWS) env.RETENTION_BATCH_ROWS = process.env.RETENTION_BATCH_ROWS;
+    backend = await startBackend('build', ctx, env, 1);
     const b = backend;
     add('boot to healthy', b.bootMs, 'ms', '<= 2000 ms', b.bootMs <= 2000);
 
