@@ -36,6 +36,15 @@ describe('device tokens', () => {
     expect(tokens.verify('amy', [id, '8', exp, mac].join('.'))).toBeNull();
     expect(tokens.verify('amy', [id, uid, String(Number(exp) + 1), mac].join('.'))).toBeNull();
     expect(tokens.verify('amy', `${token}x`)).toBeNull();
+    // The last of the MAC's 43 characters holds two bits no byte uses: the other three spellings of
+    // the same MAC decode to it, and are refused.
+    const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+    const last = alphabet.indexOf(mac.at(-1)!);
+    for (const spare of [1, 2, 3]) {
+      const respelled = mac.slice(0, -1) + alphabet[last ^ spare];
+      expect(Buffer.from(respelled, 'base64url')).toEqual(Buffer.from(mac, 'base64url'));
+      expect(tokens.verify('amy', [id, uid, exp, respelled].join('.'))).toBeNull();
+    }
     expect(tokens.verify('amy', undefined)).toBeNull();
     now += maxAgeSeconds * 1000 - 1000;
     expect(tokens.verify('amy', token)).not.toBeNull();
