@@ -1,16 +1,16 @@
 // A database of months in service (docs/adr/0043-healthy-means-reconciling.md): 20 million job
 // events and 1 million audit rows (bench/big-db/generate.ts makes them once, in `bigdb` on the
 // machine's Postgres, and later runs reuse them), plus events past the 30-day retention for the
-// first prune to delete (topped up at every run). Against the tsc build started as the image starts
-// it (bench/load.bench.ts), with the audit cache off (every page read from the database):
+// first prune to delete (topped up at every run). Against the backend as the image runs it (its
+// bundle from its code cache, bench/load.bench.ts), with the audit cache off (every page read from the database):
 // - boot to healthy (the first 200 of GET /api/health: controllers running);
 // - p99 of the API (the audit page, the job list, health; 4 clients) while the first prune runs;
 // - replay of a 100,000-event job over SSE, from the database;
 // - a page of the audit trail deep in it (900,000 rows in; and a busy actor's, 15,000 of its rows in).
 // Knobs (environment): BIGDB_NAME (bigdb), BIGDB_EVENTS, BIGDB_AUDIT_ROWS (see the generator),
 // BENCH_BIGDB_OLD_EVENTS (1000000) events past the retention at boot, RETENTION_BATCH_ROWS the
-// backend's batch (its default unless set), BENCH_BACKEND_DIST a tsc
-// build to run instead of making one (a directory with dist/, package.json and node_modules).
+// backend's batch (its default unless set), BENCH_BACKEND_DIST a build
+// to run instead of making one (what buildBackend in bench/load.bench.ts makes).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -85,7 +85,7 @@ const bench: Bench = async (log) => {
     // 1. Boot to healthy, with a million rows to prune.
     const env: Record<string, string> = { LOG_LEVEL: 'info', AUDIT_CACHE_MS: '0' };
     if (process.env.RETENTION_BATCH_ROWS) env.RETENTION_BATCH_ROWS = process.env.RETENTION_BATCH_ROWS;
-    backend = await startBackend('build', ctx, env, 1);
+    backend = await startBackend('image', ctx, env, 1);
     const b = backend;
     add('boot to healthy', b.bootMs, 'ms', '<= 2000 ms', b.bootMs <= 2000);
 

@@ -9,10 +9,13 @@
 // - RSS of the backend process after boot and a few seconds idle, and after the load;
 // - boot to healthy: from spawning the process to the first 200 from /api/health, on an already
 //   migrated database (MIGRATE_ON_BOOT=false, as the compose files run the backend).
-// The load runs against a tsc build started as the image starts it (`node dist/src/main.js`), at
+// The load runs against the backend as the image runs it (deploy/Dockerfile's CMD): compiled,
+// bundled into dist/src/bundle/main.js, started by its loader from the code cache primed as the
+// image's build primes it (scripts/build-image.sh and the Dockerfile's steps, outside a container), at
 // LOG_LEVEL=info (the default, and what the compose files set: one line per request that changes
 // something, is refused or fails; a successful read logs at debug, ADR 0015) and at warn. Boot
-// and idle RSS are also measured for `npm start` (package.json's `start`: tsx, the image's V8 flags).
+// and idle RSS are also measured for `npm start` (package.json's `start`: the bundle made from the
+// sources by its `prestart`, the image's V8 flags, no code cache).
 //
 // Knobs (environment): BENCH_LOAD_SECONDS (10) length of each fixed-rate wrk run,
 // BENCH_LOAD_PAIRS (3) pairs of saturating runs per ratio, BENCH_LOAD_PAIR_SECONDS (5) length of
@@ -28,7 +31,7 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { median } from './stats.ts';
 import type { Bench, Figure } from './run.ts';
-import { NODE, npmStartNodeFlags, ROOT } from '../test/helpers/shared/process.ts';
+import { bundleForNpmStart, NODE, npmStartArgs, ROOT } from '../test/helpers/shared/process.ts';
 import { createTestDatabase, type TestDatabase } from '../test/helpers/shared/db.ts';
 import { createUser } from '../src/state/users.ts';
 import { ACTION_KINDS } from '../src/db/schema.ts';
@@ -193,16 +196,16 @@ export interface Backend {
   bootMs: number;
 }
 
-type Mode = 'build' | 'tsx';
+type Mode = 'image' | 'start';
 
 /** Spawns the backend and waits for the first 200 from /api/health; the wall time is the boot. */
 export async function startBackend(mode: Mode, ctx: { dist: string; db: TestDatabase; dataDir: string; tmp: string }, env: Record<string, string>, n: number): Promise<Backend> {
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
   const [cmd, args, cwd] =
-    mode === 'build'
-      ? ([NODE, [...NODE_ARGS, path.join(ctx.dist, 'dist/src/main.js')], ctx.dist] as const)
-      : ([NODE, [...npmStartNodeFlags(), '--import', 'tsx', path.join(ROOT, 'src/main.ts')], ROOT] as const);
+    mode === 'image'
+      ? ([NODE, [...NODE_ARGS, path.join(ctx.dist, 'dist/src/bundle/start.js')], ctx.dist] as const)
+      : ([NODE, npmStartArgs(), ROOT] as const);
   const t0 = performance.now();
   const proc = startProc(`backend-${mode}-${n}`, cmd, [...args], {
     cwd,
@@ -234,7 +237,11 @@ export async function startBackend(mode: Mode, ctx: { dist: string; db: TestData
   return { proc, base, bootMs: performance.now() - t0 };
 }
 
-/** A tsc build of the backend as scripts/build-image.sh makes it: dist/, package.json, node_modules. */
+/**
+ * The backend as the image holds it (scripts/build-image.sh, then the Dockerfile's priming step):
+ * dist/ compiled by tsc, the bundle in dist/src/bundle, its code cache made under the CMD's flags,
+ * package.json, and node_modules (linked).
+ */
 export async function buildBackend(tmp: string, log: (m: string) => void): Promise<string> {
   const dir = path.join(tmp, 'app');
   const t0 = performance.now();
@@ -244,7 +251,11 @@ export async function buildBackend(tmp: string, log: (m: string) => void): Promi
   if (r.code !== 0) log(`warning: tsc exited ${r.code} (type errors in the tree); measuring what it emitted`);
   copyFileSync(path.join(ROOT, 'package.json'), path.join(dir, 'package.json'));
   symlinkSync(path.join(ROOT, 'node_modules'), path.join(dir, 'node_modules'));
-  log(`tsc build of the backend in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  const bundled = await run(NODE, ['--import', 'tsx', path.join(ROOT, 'scripts/bundle-backend.ts'), path.join(dir, 'dist')], { allowFail: true });
+  if (bundled.code !== 0) throw new Error(`scripts/bundle-backend.ts exited ${bundled.code}:\n${bundled.out.slice(-3_000)}`);
+  const primed = await run(NODE, [...NODE_ARGS, path.join(dir, 'dist/src/bundle/start.js'), '--prime-code-cache'], { cwd: dir, allowFail: true });
+  if (primed.code !== 0) throw new Error(`priming the code cache exited ${primed.code}:\n${primed.out.slice(-3_000)}`);
+  log(`the backend compiled, bundled and its code cache primed in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   return dir;
 }
 
@@ -432,12 +443,13 @@ const bench: Bench = async (log) => {
     // 1. Boot to healthy, modes interleaved; the last boot of each mode also gives its idle RSS.
     {
       // A first boot (not measured) writes the generated files into the data directory.
-      const first = await startBackend('build', ctx, { LOG_LEVEL: 'warn' }, 0);
+      const first = await startBackend('image', ctx, { LOG_LEVEL: 'warn' }, 0);
       await first.proc.stop();
-      const boots: Record<Mode, number[]> = { build: [], tsx: [] };
+      await bundleForNpmStart();
+      const boots: Record<Mode, number[]> = { image: [], start: [] };
       const idle: Partial<Record<Mode, number>> = {};
       for (let k = 1; k <= BOOT_RUNS; k++) {
-        for (const mode of ['build', 'tsx'] as const) {
+        for (const mode of ['image', 'start'] as const) {
           const b = await startBackend(mode, ctx, {}, k);
           boots[mode].push(b.bootMs);
           if (k === BOOT_RUNS) {
@@ -447,8 +459,8 @@ const bench: Bench = async (log) => {
           await b.proc.stop();
         }
       }
-      for (const mode of ['build', 'tsx'] as const) {
-        const label = mode === 'build' ? 'tsc build, node dist/src/main.js (image)' : `tsx, node ${npmStartNodeFlags().join(' ')} --import tsx src/main.ts (npm start)`;
+      for (const mode of ['image', 'start'] as const) {
+        const label = mode === 'image' ? `the image's, node ${NODE_ARGS.join(' ')} dist/src/bundle/start.js (code cache primed)` : `npm start's, node ${npmStartArgs().join(' ')}`;
         log(`boot to healthy, ${label}: ${boots[mode].map((ms) => Math.round(ms)).join(', ')} ms`);
         add(`boot to healthy, ${mode}: median of ${boots[mode].length}`, median(boots[mode]), 'ms', '<= 2000 ms', median(boots[mode]) <= 2000);
         add(`boot to healthy, ${mode}: max`, Math.max(...boots[mode]), 'ms', '<= 2000 ms', Math.max(...boots[mode]) <= 2000);
@@ -492,7 +504,7 @@ const bench: Bench = async (log) => {
     // AUDIT_CACHE_MS=0: every request reads the database (docs/adr/0014-audit-trail-reads.md).
     const runs = [...LEVELS.map((level) => ({ level, cache: true })), ...(UNCACHED && LEVELS[0] ? [{ level: LEVELS[0], cache: false }] : [])];
     for (const { level, cache } of runs) {
-      const b = await startBackend('build', ctx, { LOG_LEVEL: level, ...(cache ? {} : { AUDIT_CACHE_MS: '0' }) }, 100);
+      const b = await startBackend('image', ctx, { LOG_LEVEL: level, ...(cache ? {} : { AUDIT_CACHE_MS: '0' }) }, 100);
       const tag = cache ? level : `${level}, AUDIT_CACHE_MS=0`;
       try {
         await sleep(IDLE_MS);
@@ -564,7 +576,7 @@ const bench: Bench = async (log) => {
     log(`fixed rate: wrk -t1 -c${RATE_CONNECTIONS}, random delay per request aimed at ${TARGET_RPS} req/s, ${SECONDS} s; saturating: wrk -t1 -c${SAT_CONNECTIONS}, no delay, ${PAIR_SECONDS} s a run`);
     log(`ratio = median over ${PAIRS} pairs of saturating runs (the bare Fastify handler, then the endpoint, back to back) of endpoint req/s / bare req/s, against the bare handler sending what the endpoint sends: small JSON for /api/health, the same bytes for the audit trail; vs small: the same against the small JSON; bare handlers: same fastify, no auth, no logger, one process per route; sat rps and cpu: the run of median rate`);
     log('cpu us/req and cpu %: CPU time of the server process per request in that saturating run, and its share of one core (the rest of the 2 cores go to wrk and Postgres)');
-    log('backend under load: tsc build, node dist/src/main.js, NODE_ENV=production, MIGRATE_ON_BOOT=false, its output to a file');
+    log(`backend under load: the image's, node ${NODE_ARGS.join(' ')} dist/src/bundle/start.js, NODE_ENV=production, MIGRATE_ON_BOOT=false, its output to a file`);
     for (const line of table) log(line);
   } finally {
     process.removeListener('SIGINT', onSignal);

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Bench, Figure } from './run.ts';
 import { createTestDatabase } from '../test/helpers/shared/db.ts';
-import { npmStartNodeFlags, runEntry } from '../test/helpers/shared/process.ts';
+import { bundleForNpmStart, npmStartNodeFlags, runNpmStart } from '../test/helpers/shared/process.ts';
 import { docker, run, uniqueName } from '../test/helpers/e2e/rig.ts';
 import { firstAdminToken } from '../test/helpers/e2e/first-admin.ts';
 
@@ -108,11 +108,11 @@ interface Server {
   stop(): Promise<unknown>;
 }
 
-/** The real server process (src/main.ts) on a database of its own, signed in as the first admin. */
-async function startServer(project: string, nodeOptions = ''): Promise<Server> {
+/** The real server process as `npm start` runs it, with these V8 flags, on a database of its own, signed in as the first admin. */
+async function startServer(project: string, nodeFlags: string[]): Promise<Server> {
   const db = await createTestDatabase();
   const dataDir = mkdtempSync(path.join(tmpdir(), 'logs-bench-'));
-  const proc = runEntry('src/main.ts', { DATABASE_URL: db.url, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', PLATFORM_PROJECT: project, LOG_LEVEL: 'info', NODE_OPTIONS: nodeOptions });
+  const proc = runNpmStart({ DATABASE_URL: db.url, DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', PLATFORM_PROJECT: project, LOG_LEVEL: 'info' }, nodeFlags);
   try {
     const base = await proc.url;
     const password = readFileSync(path.join(dataDir, 'secrets', 'initial-admin-password'), 'utf8').trim();
@@ -163,15 +163,16 @@ const bench: Bench = async (log) => {
     //    server run as `npm start` runs it (the image's V8 flags), and on V8's defaults.
     log('writing 4 × 250,000 lines of 1,000 characters …');
     const big = await makeContainers(project, 4, 250_000, 1_000);
+    await bundleForNpmStart();
     const flags = npmStartNodeFlags().join(' ');
-    const plain = await startServer(project, flags);
+    const plain = await startServer(project, npmStartNodeFlags());
     servers.push(plain);
     const d = await downloads(plain, `download, npm start's flags (${flags})`, log, 2);
     figures.push({ name: 'download size', value: Math.round(d.first.bytes / MB), unit: 'MB' });
     figures.push({ name: 'download throughput', value: d.first.bytes / MB / d.seconds, unit: 'MB/s' });
     figures.push({ name: "server RSS growth, 1st 1 GB download (npm start's flags)", value: d.firstGrowth, unit: 'MB', goal: '< 50', ok: d.firstGrowth < 50 });
     figures.push({ name: "server RSS growth, 2nd 1 GB download (npm start's flags)", value: d.lastGrowth, unit: 'MB', goal: '< 50', ok: d.lastGrowth < 50 });
-    const defaults = await startServer(project);
+    const defaults = await startServer(project, []);
     servers.push(defaults);
     const c = await downloads(defaults, 'download, V8 defaults', log, 1);
     figures.push({ name: 'server RSS growth, 1st 1 GB download (V8 defaults, for comparison)', value: c.firstGrowth, unit: 'MB' });

@@ -1,25 +1,40 @@
-// Bundles the compiled backend (dist/src/main.js) into one script for the image, so that a starting
-// backend reads one file instead of resolving and compiling hundreds of modules: the self-update's
-// outage ends when the new backend answers (docs/self-update.md, "Figures").
-//   node --import tsx scripts/bundle-backend.ts <dist-dir>
-// writes <dist-dir>/src/bundle/main.js, two levels under <dist-dir> like every other module, so the
-// paths it finds relative to itself (migrations/, src/ui/dist/, package.json) are the same.
+// Bundles the backend into one script, so that a starting backend reads one file instead of
+// resolving and compiling hundreds of modules: the self-update's outage ends when the new backend
+// answers (docs/self-update.md, "Figures"), and one script holds less in memory than its modules
+// (idle RSS: docs/reliability.md).
+//   node --import tsx scripts/bundle-backend.ts <dist-dir>   for the image: bundles the compiled
+//     backend (<dist-dir>/src/main.js) into <dist-dir>/src/bundle/main.js
+//   node --import tsx scripts/bundle-backend.ts --source     for `npm start`: makes .artifacts/start,
+//     a tree like the image's dist/ of what the backend reads at run time: the sources (src/main.ts)
+//     bundled into src/bundle/main.js, its loader (src/bundle/start.js), the migrations as
+//     JavaScript, and links to package.json and the built UI (src/ui/dist)
+// Either way the bundle sits two levels under its root, like every other module, so the paths it
+// finds relative to itself (migrations/, src/ui/dist/, package.json) are the same. Nothing `npm
+// start` runs is TypeScript: Node's own type stripping held 24 MB more (its WebAssembly compiler),
+// and a TypeScript loader (tsx) about 50 MB more, than the same backend bundled (docs/reliability.md).
 // The bundle is not a module but one async function, which its loader (src/bundle/start.ts, beside
 // it) compiles with a vm.Script from a code cache and calls with `require`, the bundle's URL (for
 // import.meta.url) and an import() for the modules left outside it. A script's cache can be made
 // after it ran, with the bytecode of every function its start compiled; a module's cache (Node's
 // compile cache) holds only what is compiled before it runs (docs/adr/0037-code-cache-after-a-start.md).
 import { build, type Plugin } from 'esbuild';
+import { mkdirSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Script } from 'node:vm';
 
-const dist = process.argv[2];
-if (!dist) {
-  process.stderr.write('usage: node --import tsx scripts/bundle-backend.ts <dist-dir>\n');
+const arg = process.argv[2];
+if (!arg) {
+  process.stderr.write('usage: node --import tsx scripts/bundle-backend.ts <dist-dir> | --source\n');
   process.exit(2);
 }
+const fromSource = arg === '--source';
+const repo = fileURLToPath(new URL('..', import.meta.url));
+/** The root the bundle sits two levels under, and its entry point. */
+const root = fromSource ? path.join(repo, '.artifacts/start') : arg;
+const entry = fromSource ? path.join(repo, 'src/main.ts') : path.join(root, 'src/main.js');
+if (fromSource) await sourceTree();
 
 // Left to node_modules at run time: packages that read files beside their own code in ways a bundle
 // cannot follow (WebAssembly) or load optional native addons. @fastify/swagger is bundled: it reads
@@ -119,12 +134,12 @@ const builtinsByRequire: Plugin = {
 
 // The project's one import() of modules left outside the bundle (src/db/import-module.ts) calls the
 // loader's import() instead: a vm.Script's own would need Node's experimental vm loader.
-const IMPORT_MODULE = path.join('src', 'db', 'import-module.js');
+const IMPORT_MODULE = path.join(path.dirname(path.dirname(entry)), 'src', 'db', `import-module${path.extname(entry)}`);
 const importThroughLoader: Plugin = {
   name: 'import-through-loader',
   setup(b) {
-    b.onLoad({ filter: /import-module\.js$/ }, (args) =>
-      args.path.endsWith(path.sep + IMPORT_MODULE) ? { contents: 'export function importModule(specifier) { return __bundleImport(specifier); }', loader: 'js' } : undefined,
+    b.onLoad({ filter: /import-module\.[jt]s$/ }, (args) =>
+      path.resolve(args.path) === IMPORT_MODULE ? { contents: 'export function importModule(specifier) { return __bundleImport(specifier); }', loader: 'js' } : undefined,
     );
   },
 };
@@ -134,10 +149,12 @@ const importThroughLoader: Plugin = {
 const BANNER = '(async function bundle(require, __bundleUrl, __bundleImport) { "use strict";';
 const FOOTER = '})';
 
-const outfile = path.join(dist, 'src/bundle/main.js');
+const outfile = path.join(root, 'src/bundle/main.js');
+// The code cache of an earlier bundle is for other code: V8 would reject it at every start.
+rmSync(`${outfile}.cache`, { force: true });
 const result = await build({
   metafile: true,
-  entryPoints: [path.join(dist, 'src/main.js')],
+  entryPoints: [entry],
   outfile,
   bundle: true,
   platform: 'node',
@@ -162,3 +179,20 @@ const imports = Object.entries(result.metafile.outputs).find(([file]) => path.re
 const outside = imports.filter((i) => i.external && i.kind !== 'require-call');
 if (outside.length > 0) throw new Error(`the bundle imports modules outside it other than through src/db/import-module.ts: ${outside.map((i) => `${i.kind} ${i.path}`).join(', ')}`);
 new Script(await readFile(outfile, 'utf8'), { filename: outfile });
+
+/**
+ * `npm start`'s tree (.artifacts/start), made afresh: the loader and the migrations compiled from
+ * their sources, package.json and the built UI linked. Its bundle is written after this, as the
+ * image's is. A module outside the bundle (PGlite) is found in the repository's node_modules, above.
+ */
+async function sourceTree(): Promise<void> {
+  rmSync(root, { recursive: true, force: true });
+  mkdirSync(path.join(root, 'src/ui'), { recursive: true });
+  symlinkSync(path.join(repo, 'package.json'), path.join(root, 'package.json'));
+  symlinkSync(path.join(repo, 'src/ui/dist'), path.join(root, 'src/ui/dist'));
+  const common = { platform: 'node', format: 'esm', target: 'node24', logLevel: 'warning' } as const;
+  // The loader with the one module it imports (src/early-listeners.ts); packages stay imports.
+  await build({ ...common, entryPoints: [path.join(repo, 'src/bundle/start.ts')], outfile: path.join(root, 'src/bundle/start.js'), bundle: true, packages: 'external' });
+  const migrations = readdirSync(path.join(repo, 'migrations')).filter((f) => f.endsWith('.ts'));
+  await build({ ...common, entryPoints: migrations.map((f) => path.join(repo, 'migrations', f)), outdir: path.join(root, 'migrations') });
+}

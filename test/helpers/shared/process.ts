@@ -7,12 +7,30 @@ import { fileURLToPath } from 'node:url';
 export const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 export const NODE = path.join(ROOT, 'node_modules/.bin/node');
 
-/** The V8 flags `npm start` runs the backend with (package.json's `start`, before `--import`). */
-export function npmStartNodeFlags(): string[] {
+/** package.json's `start` after `node`: the V8 flags, then the script (the bundle's loader under .artifacts/start, made by `prestart`). */
+export function npmStartArgs(): string[] {
   const start = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
   const argv = start.split(/\s+/);
-  if (argv[0] !== 'node' || !argv.includes('--import')) throw new Error(`package.json's start is not \`node [flags] --import tsx …\`: ${start}`);
-  return argv.slice(1, argv.indexOf('--import'));
+  if (argv[0] !== 'node' || argv.length < 2 || argv.at(-1)!.startsWith('-')) throw new Error(`package.json's start is not \`node [flags] <script>\`: ${start}`);
+  return argv.slice(1);
+}
+
+/** The V8 flags `npm start` runs the backend with (package.json's `start`, before its script). */
+export function npmStartNodeFlags(): string[] {
+  return npmStartArgs().slice(0, -1);
+}
+
+/**
+ * Makes what `npm start` runs (`prestart` without the UI's build, which the tests' `pretest` made):
+ * the backend bundled from the sources, in .artifacts/start.
+ */
+export async function bundleForNpmStart(): Promise<void> {
+  const child = spawn(NODE, ['--import', 'tsx', path.join(ROOT, 'scripts/bundle-backend.ts'), '--source'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  const code = await new Promise<number | null>((res) => child.on('exit', res));
+  if (code !== 0) throw new Error(`scripts/bundle-backend.ts --source exited ${code}:\n${out}`);
 }
 
 export interface Running {
@@ -24,7 +42,16 @@ export interface Running {
 }
 
 export function runEntry(entry: string, env: Record<string, string>, args: string[] = [], stdin?: string): Running {
-  const child = spawn(NODE, ['--import', 'tsx', path.join(ROOT, entry), ...args], {
+  return runNode(['--import', 'tsx', path.join(ROOT, entry), ...args], env, stdin);
+}
+
+/** The backend as `npm start` runs it (bundleForNpmStart() made what it runs), with its V8 flags or others. */
+export function runNpmStart(env: Record<string, string>, nodeFlags = npmStartNodeFlags()): Running {
+  return runNode([...nodeFlags, npmStartArgs().at(-1)!], env);
+}
+
+function runNode(argv: string[], env: Record<string, string>, stdin?: string): Running {
+  const child = spawn(NODE, argv, {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', ...env },
     stdio: ['pipe', 'pipe', 'pipe'],
