@@ -3,12 +3,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EventSource } from 'eventsource';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
+import { sql } from 'kysely';
 import { createJob } from '../../src/state/jobs.ts';
+import { parseSse } from '../helpers/shared/sse.ts';
+import { stalledClient } from '../helpers/api/stalled-client.ts';
 
 let t: TestApp;
 let base: string;
 beforeAll(async () => {
-  t = await startTestApp();
+  t = await startTestApp({ env: { LOG_CLIENT_STALL_SECONDS: '1' } });
   base = await t.app.listen({ host: '127.0.0.1', port: 0 });
 });
 afterAll(async () => t?.close());
@@ -100,4 +103,47 @@ describe('job stream with a reconnecting client', () => {
     expect(waited).toBeGreaterThan(14_000);
     expect(waited).toBeLessThan(17_000);
   }, 30_000);
+});
+
+/** A finished job of `n` stored events (the last one `finished`), written straight to the log table as a long job leaves it. */
+async function storedJob(n: number, lineLength: number): Promise<string> {
+  const db = t.db.database.db;
+  const jobId = await createJob(db, { kind: 'restart', params: {}, actor: { id: 'operator' } });
+  await sql`insert into deployment_job_events (job_id, seq, type, payload, at)
+    select ${jobId}, g, case when g = ${n} then 'finished' else 'output' end,
+      case when g = ${n} then '{"outcome":"completed","exitCode":0}'::jsonb
+        else jsonb_build_object('stream', 'stdout', 'line', 'line ' || g || ' ' || repeat('x', ${lineLength})) end,
+      now()
+    from generate_series(1, ${n}) g`.execute(db);
+  return jobId;
+}
+
+describe('a long replay', () => {
+  it('arrives whole, in order, frame by frame as the SSE plugin writes them, across pages of the log', async () => {
+    const n = 12_345; // more than two pages of 5,000
+    const jobId = await storedJob(n, 20);
+    const res = await fetch(`${base}/api/deployment/jobs/${jobId}/logs`, { headers: { authorization: `Bearer ${await t.token('viewer')}`, accept: 'text/event-stream' } });
+    const body = await res.text();
+    const events = parseSse(body);
+    expect(events.map((e) => Number(e.id))).toEqual(Array.from({ length: n }, (_, i) => i + 1));
+    expect(events.at(-1)).toMatchObject({ event: 'finished', data: { seq: n, type: 'finished', outcome: 'completed', exitCode: 0 } });
+    expect(events[99]).toMatchObject({ event: 'output', data: { seq: 100, type: 'output', stream: 'stdout', line: `line 100 ${'x'.repeat(20)}` } });
+    // The frame of one event, byte for byte.
+    const at = (events[0]!.data as { at: string }).at;
+    expect(body.slice(0, body.indexOf('\n\n') + 2)).toBe(`id: 1\nevent: output\ndata: {"seq":1,"type":"output","at":"${at}","line":"line 1 ${'x'.repeat(20)}","stream":"stdout"}\n\n`);
+  }, 60_000);
+
+  it('drops a client that stops reading after LOG_CLIENT_STALL_SECONDS', async () => {
+    const jobId = await storedJob(60_000, 400); // about 27 MB: more than the sockets' buffers hold
+    const client = await stalledClient(base, `/api/deployment/jobs/${jobId}/logs`, await t.token('viewer'));
+    expect(client.head).toMatch(/^HTTP\/1.1 200/);
+    const started = Date.now();
+    while (!t.logs.some((l) => l.includes('dropped a job stream client that stopped reading')) && Date.now() - started < 15_000) await new Promise((r) => setTimeout(r, 50));
+    const line = t.logs.find((l) => l.includes('dropped a job stream client that stopped reading'));
+    expect(line).toBeDefined();
+    expect(JSON.parse(line!)).toMatchObject({ level: 'warn', jobId, stalledSeconds: 1 });
+    // What reaches the client is what the buffers held when it stopped: far less than the whole job.
+    const received = await client.resume();
+    expect(received).toBeLessThan(20 * 1024 * 1024);
+  }, 60_000);
 });

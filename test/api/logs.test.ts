@@ -2,9 +2,9 @@
 // the SSE and download formats, dropping a client that stops reading, closing with streams open.
 // The same routes on the real engine: test/e2e/logs.test.ts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connect } from 'node:net';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { parseSse } from '../helpers/shared/sse.ts';
+import { stalledClient } from '../helpers/api/stalled-client.ts';
 import { parseInstant, TAIL_DEFAULT, TAIL_MAX } from '../../src/api/routes/logs.ts';
 import type { ContainerLogLine, ContainerLogsPort, LogFeed, LogSelection, PlatformContainer } from '../../src/contracts/ports.ts';
 
@@ -222,37 +222,6 @@ async function* endless(): AsyncGenerator<ContainerLogLine[]> {
   }
 }
 
-/** A raw HTTP client that reads the response head, then stops reading. */
-function stalledClient(path: string, token: string): Promise<{ head: string; resume(): Promise<number> }> {
-  const url = new URL(base);
-  return new Promise((resolve, reject) => {
-    const sock = connect(Number(url.port), url.hostname);
-    let buf = '';
-    let total = 0;
-    sock.on('error', () => {});
-    sock.once('connect', () => sock.write(`GET ${path} HTTP/1.1\r\nHost: ${url.host}\r\nAuthorization: Bearer ${token}\r\nAccept: text/event-stream\r\n\r\n`));
-    const onData = (d: Buffer) => {
-      buf += d.toString('latin1');
-      total += d.length;
-      const end = buf.indexOf('\r\n\r\n');
-      if (end < 0) return;
-      sock.off('data', onData);
-      sock.pause();
-      resolve({
-        head: buf.slice(0, end),
-        resume: () =>
-          new Promise<number>((res) => {
-            sock.on('data', (more: Buffer) => (total += more.length));
-            sock.once('close', () => res(total));
-            sock.resume();
-          }),
-      });
-    };
-    sock.on('data', onData);
-    sock.once('close', () => reject(new Error('closed before the response head')));
-  });
-}
-
 describe('slow clients', () => {
   it.each([
     ['/api/deployment/logs', 'dropped a log stream client that stopped reading'],
@@ -262,7 +231,7 @@ describe('slow clients', () => {
     fake.batches = endless;
     try {
       const rssBefore = process.memoryUsage().rss;
-      const client = await stalledClient(path, await t.token('admin'));
+      const client = await stalledClient(base, path, await t.token('admin'));
       expect(client.head).toMatch(/^HTTP\/1.1 200/);
       const call = fake.calls.at(-1)!;
       const started = Date.now();

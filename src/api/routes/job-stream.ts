@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { getJob } from '../../state/jobs.ts';
 import type { JobEventRecord } from '../../state/job-events.ts';
 import { badRequest, notFound } from '../../errors.ts';
-import { openStreams } from '../open-streams.ts';
+import { ClientStalled, drained, openStreams } from '../open-streams.ts';
 import { jobIdParams } from './job-view.ts';
 
 function parseSeq(raw: string | undefined, name: string): number | undefined {
@@ -12,6 +12,13 @@ function parseSeq(raw: string | undefined, name: string): number | undefined {
   if (!/^\d{1,15}$/.test(raw)) throw badRequest(`${name}: must be a non-negative integer event sequence number`);
   return Number(raw);
 }
+
+/**
+ * One event as the SSE frame @fastify/sse writes for `{ id, event, data }`: the plugin sets up the
+ * stream (headers, heartbeats, the end when the handler returns) and the route writes whole pages.
+ * An event's type is one of a fixed set and its data is JSON, so neither holds a line break.
+ */
+const frame = (e: JobEventRecord) => `id: ${e.seq}\nevent: ${e.type}\ndata: ${JSON.stringify({ seq: e.seq, type: e.type, at: e.at.toISOString(), ...e.payload })}\n\n`;
 
 /** How often a job stream reads the log without being woken: covers notifications lost while the listener reconnects. */
 const STREAM_POLL_MS = 2_000;
@@ -68,37 +75,43 @@ export const jobStreamRoutes: FastifyPluginAsyncZod = async (app) => {
         jobStreams.delete(end);
         end();
       });
-      const message = (e: JobEventRecord) => ({
-        id: String(e.seq),
-        event: e.type,
-        data: { seq: e.seq, type: e.type, at: e.at.toISOString(), ...e.payload },
-      });
-
-      async function* stream() {
-        try {
-          while (!closed) {
-            signalled = false;
-            const page = await events.read(jobId, cursor);
-            for (const e of page) {
-              cursor = e.seq;
-              yield message(e);
-              if (e.type === 'finished') return;
+      const raw = reply.raw;
+      const stallMs = app.deps.settings.LOG_CLIENT_STALL_SECONDS * 1000;
+      try {
+        while (!closed) {
+          signalled = false;
+          const page = await events.read(jobId, cursor);
+          // A page is written as one chunk: one write per event (a replay of 100,000 events) spent
+          // more time in the writes and their promises than in reading the events.
+          let chunk = '';
+          let finished = false;
+          for (const e of page) {
+            cursor = e.seq;
+            chunk += frame(e);
+            if (e.type === 'finished') {
+              finished = true;
+              break;
             }
-            if (page.length || signalled || closed) continue;
-            await new Promise<void>((resolve) => {
-              const timer = setTimeout(resolve, STREAM_POLL_MS);
-              wake = () => {
-                clearTimeout(timer);
-                resolve();
-              };
-            });
-            wake = null;
           }
-        } finally {
-          unsubscribe();
+          if (chunk && !closed && !raw.write(chunk)) await drained(raw, stallMs);
+          if (finished) return;
+          if (page.length || signalled || closed) continue;
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, STREAM_POLL_MS);
+            wake = () => {
+              clearTimeout(timer);
+              resolve();
+            };
+          });
+          wake = null;
         }
+      } catch (err) {
+        if (!(err instanceof ClientStalled)) throw err;
+        req.log.warn({ stalledSeconds: stallMs / 1000, jobId, cursor }, 'dropped a job stream client that stopped reading');
+        raw.destroy();
+      } finally {
+        unsubscribe();
       }
-      await reply.sse.send(stream());
     },
   );
 };

@@ -8,7 +8,7 @@ import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { badRequest, notFound, unavailable } from '../../errors.ts';
-import { openStreams } from '../open-streams.ts';
+import { ClientStalled, drained, openStreams } from '../open-streams.ts';
 import type { ContainerLogLine, ContainerLogsPort, LogFeed } from '../../contracts/ports.ts';
 
 /** Lines per container sent before following, when `tail` is not given. */
@@ -69,28 +69,6 @@ function instant(name: 'since' | 'until', value: string | undefined): bigint | u
   const ns = parseInstant(value);
   if (ns === null) throw badRequest(`${name}: must be an ISO 8601 date-time such as 2024-05-01T10:00:00Z (got "${value.slice(0, 64)}")`);
   return ns;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Writing with backpressure and a bound on how long a client may stop reading.
-
-class ClientStalled extends Error {}
-
-/** Waits for 'drain'; rejects with ClientStalled after `ms`; resolves when the connection closes. */
-function drained(raw: ServerResponse, ms: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const done = (err?: Error) => {
-      clearTimeout(timer);
-      raw.off('drain', onDrain);
-      raw.off('close', onDrain);
-      if (err) reject(err);
-      else resolve();
-    };
-    const onDrain = () => done();
-    const timer = setTimeout(() => done(new ClientStalled()), ms);
-    raw.once('drain', onDrain);
-    raw.once('close', onDrain);
-  });
 }
 
 const sseEvent = (l: ContainerLogLine) => `data: ${JSON.stringify(l)}\n\n`;
