@@ -96,6 +96,8 @@ const bench: Bench = async (log) => {
     const token = ((await login.json()) as { token: string }).token;
     const urls = ['/api/deployment/actions', '/api/deployment/jobs?limit=15', '/api/health', `/api/deployment/actions?before=${deep}`];
     const latencies: number[] = [];
+    /** Each request's latency by its path, and when it started (ms after t0). */
+    const byUrl = new Map<string, { at: number; ms: number }[]>(urls.map((u) => [u, []]));
     let errors = 0;
     const pruned = () => /pruned rows past their retention/.test(b.proc.tail()) || /retention: the pass failed/.test(b.proc.tail());
     const t0 = performance.now();
@@ -103,8 +105,10 @@ const bench: Bench = async (log) => {
       Array.from({ length: CLIENTS }, async (_, c) => {
         for (let i = c; !pruned() && performance.now() - t0 < 600_000; i++) {
           const s = performance.now();
-          const r = await http(`${b.base}${urls[i % urls.length]}`, { token }).catch(() => ({ status: 0 }));
+          const url = urls[i % urls.length]!;
+          const r = await http(`${b.base}${url}`, { token }).catch(() => ({ status: 0 }));
           latencies.push(performance.now() - s);
+          byUrl.get(url)!.push({ at: s - t0, ms: performance.now() - s });
           if (r.status !== 200) errors++;
         }
       }),
@@ -115,6 +119,15 @@ const bench: Bench = async (log) => {
     log(`first prune: ${old} old events in ${(pruneMs / 1000).toFixed(1)} s (${left} left); ${latencies.length} requests meanwhile, ${errors} not 200`);
     if (errors) throw new Error(`${errors} requests failed while the prune ran`);
     latencies.sort((x, y) => x - y);
+    for (const [url, runs] of byUrl) {
+      const sorted = runs.map((r) => r.ms).sort((x, y) => x - y);
+      log(`  ${url.replace(/before=[^&]+/, 'before=…')}: ${runs.length} requests, p50 ${pct(sorted, 50).toFixed(1)} ms, p99 ${pct(sorted, 99).toFixed(1)} ms, max ${sorted.at(-1)!.toFixed(0)} ms`);
+    }
+    // When the slowest requests came: in the first seconds after boot, or all along the prune.
+    const slow = [...byUrl.values()].flat().filter((r) => r.ms >= pct(latencies, 99));
+    const bySecond = new Map<number, number>();
+    for (const r of slow) bySecond.set(Math.floor(r.at / 1000), (bySecond.get(Math.floor(r.at / 1000)) ?? 0) + 1);
+    log(`  the slowest 1 % by second of the prune: ${[...bySecond].sort((x, y) => x[0] - y[0]).map(([sec, n]) => `${sec}s:${n}`).join(' ')}`);
     add('API p50 while the first prune runs', pct(latencies, 50), 'ms');
     add('API p99 while the first prune runs', pct(latencies, 99), 'ms', '<= 50 ms', pct(latencies, 99) <= 50);
     add('first prune (after boot, in the background)', pruneMs / 1000, 's');
