@@ -16,8 +16,8 @@ export const SERIAL_E2E = [
   'reconcile-faults-self-update', 'self-update-helper-deadline',
   // Containers by role, engine-wide: each asserts that none of its own kind is left.
   'migrate-host-api', 'migrate-host-runner', 'reconcile-faults-host-migration',
-  // Needs none of that: the longest file of the other run, here so that both runs end about together.
-  'crash-jobs',
+  // Need none of that: the longest files of the other run, here so that both runs end about together.
+  'crash-jobs', 'build-image',
 ].map((name) => `test/e2e/${name}.test.ts`);
 
 const e2e = {
