@@ -102,6 +102,31 @@ export default tseslint.config(
     },
   },
   {
+    // A reconciler's own parts sit in a folder of its name; it alone imports them.
+    files: ['controllers/self-update.ts'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        patterns: [
+          { regex: '^\\./(?!runtime/|self-update/)', message: 'A reconciler never imports another: they meet in the database (docs/adr/0025-one-reconciler-per-kind.md).' },
+          { group: ['**/api/**'], message: 'Controllers never import the API (architecture.md).' },
+        ],
+      }],
+    },
+  },
+  {
+    // The parts of a reconciler import no reconciler, only the shared runtime beside them.
+    files: ['controllers/*/**'],
+    ignores: ['controllers/runtime/**'],
+    rules: {
+      'no-restricted-imports': ['error', {
+        patterns: [
+          { regex: '^\\.\\./(?!\\.\\./|runtime/)', message: "A reconciler's parts import no reconciler: they meet in the database (docs/adr/0025-one-reconciler-per-kind.md)." },
+          { group: ['**/api/**'], message: 'Controllers never import the API (architecture.md).' },
+        ],
+      }],
+    },
+  },
+  {
     // Test helpers by tier: shared (processes, databases, waiting), sim (charts on a simulated
     // clock), api (the app in process), e2e (the real engine, registry, systemd, Chromium). A tier
     // uses its own helpers and those below it, so a faster tier never starts what a slower one needs.

@@ -2,64 +2,24 @@
 // preflight, audit row, helper). Once the helper runs, the outcome is the self-update-outcome
 // reconciler's (self-update-outcome.ts), woken through the database. At start it closes requests a
 // restart interrupted during preflight, undoing what their persisted chart says was changed.
-import { fromPromise } from 'xstate';
-import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
-import type { DB } from '../src/db/schema.ts';
-import type { RuntimePort } from '../src/contracts/ports.ts';
-import { resolveChannel } from '../src/config.ts';
+import { auditTrailChanged, recordStarted } from '../src/state/actions.ts';
 import { currentMigration } from '../src/db/migrate.ts';
-import { auditTrailChanged, recordFinished, recordStarted } from '../src/state/actions.ts';
-import { conflictOf } from '../src/state/exclusion.ts';
-import { activeQuarantine, liftQuarantine } from '../src/state/update-policy.ts';
-import { POLICY_ACTOR } from '../src/auth/actor.ts';
-import { conflict } from '../src/errors.ts';
 import {
   appendTranscript, claimNextSelfUpdate, overduePreflights, finishTranscript, getSelfUpdate, listSelfUpdates, noteSelfUpdateChange, notifySelfUpdate, unfinishedTranscripts,
   updateSelfUpdate, type SelfUpdateView,
 } from '../src/state/self-update.ts';
 import type { NewJobEvent } from '../src/state/job-events.ts';
-import { type SelfUpdateEngine, type SelfUpdateSettings } from '../src/adapters/self-update.ts';
-import { BACKEND_SERVICE, helperBudgetMs, helperSpec, HELPER_NAME } from '../src/adapters/self-update-helper.ts';
-import { sha256Of } from '../src/adapters/compose-source.ts';
-import {
-  abortDetail, phaseOfState, SELF_UPDATE_CHART_VERSION, selfUpdateMachine,
-  type PreflightChanges, type RecordActionInput, type RecordedAction, type ResolvedTarget, type RunningImage, type SelfUpdateContext,
-  type UndoInput, type UpdateTarget,
-} from '../machines/self-update.machine.ts';
+import { helperBudgetMs, HELPER_NAME } from '../src/adapters/self-update-helper.ts';
+import { abortDetail, phaseOfState, SELF_UPDATE_CHART_VERSION, selfUpdateMachine, type PreflightChanges, type SelfUpdateContext } from '../machines/self-update.machine.ts';
 import { OrderedWrites, runChart, type ChartResult } from './runtime/run-chart.ts';
-import { alarmedBackups } from '../src/state/backup-alarms.ts';
-import { CHANGED_SCHEMA } from '../machines/boot-reconcile.machine.ts';
+import { preflightActors, undoPreflight, type SelfUpdateDeps } from './self-update/preflight.ts';
 import { done, type ReconcileResult, type Reconciler, type RowStatus } from './runtime/reconcile.ts';
 import { putReconciled } from '../src/state/conditions.ts';
 import type { Overdue } from './runtime/work-queue.ts';
 
-export interface SelfUpdateDeps {
-  db: Kysely<DB>;
-  logger: Logger;
-  engine: SelfUpdateEngine;
-  runtime: RuntimePort;
-  settings: SelfUpdateSettings;
-  /** INSTALLER_CHANNEL; unset: the running tag's prefix. */
-  channel: string | undefined;
-  workerId: string;
-  /** Aborted when the process stops: a running chart is stopped where it stands. */
-  signal: AbortSignal;
-  /** Added to the helper's two waits to get the time after which it is no longer waited for. */
-  helperGraceMs?: number;
-  /** Replaces secrets in the update's transcript (its job events). */
-  scrub?: (text: string) => string;
-  /** The chart's hung guard, in minutes (default 15); a step's deadline is one minute past it. */
-  hungMinutes?: number;
-}
-
-/** A transcript line: an `output` event as compose jobs write them. */
-export const outputLine = (line: string, stream: 'stdout' | 'stderr' = 'stdout'): NewJobEvent => ({ type: 'output', payload: { line, stream } });
-
 type PreflightResult = ChartResult<typeof selfUpdateMachine>;
 
-/** The update policy's own start. (A request from before actor kinds were recorded, by the policy's id, was the policy's.) */
-const startedByPolicy = (req: SelfUpdateView): boolean => req.actor === POLICY_ACTOR.id && (req.actorKind ?? POLICY_ACTOR.kind) === POLICY_ACTOR.kind;
 
 export class SelfUpdateReconciler implements Reconciler<string> {
   readonly name = 'self-update';
@@ -126,58 +86,6 @@ export class SelfUpdateReconciler implements Reconciler<string> {
     return new Date(Date.now() + helperBudgetMs(this.d.settings) + (this.d.helperGraceMs ?? 120_000));
   }
 
-  /** Puts back what preflight changed, newest change first; finishes the audit row if one was written. */
-  private async undo(input: UndoInput): Promise<void> {
-    const { engine } = this.d;
-    const { changes, target } = input;
-    const problems: string[] = [];
-    const attempt = async (what: string, fn: () => Promise<void>) => {
-      try {
-        await fn();
-      } catch (err) {
-        problems.push(`${what}: ${(err as Error).message}`);
-      }
-    };
-    if (changes.newTag && target) {
-      const before = changes.newTag.before;
-      await attempt(`restoring ${this.repository}:${target.tag}`, () => (before ? engine.tag(before, this.repository, target.tag) : engine.untag(`${this.repository}:${target.tag}`)));
-    }
-    if (changes.stagedFile) {
-      const before = changes.stagedFile.before;
-      await attempt('restoring the staged compose file', () => (before !== null ? engine.writeStaged(before) : engine.removeStaged()));
-    }
-    if (changes.rollbackTag) {
-      const before = changes.rollbackTag.before;
-      const tag = this.d.settings.rollbackTag;
-      await attempt(`restoring ${this.repository}:${tag}`, () => (before ? engine.tag(before, this.repository, tag) : engine.untag(`${this.repository}:${tag}`)));
-    }
-    if (input.actionId) {
-      await attempt('finishing the audit row', async () => {
-        await recordFinished(this.d.db, input.actionId!, { status: 'failed', exitCode: null, detail: `aborted before the helper ran: ${input.detail ?? 'preflight failed'}` });
-      });
-    }
-    if (problems.length) throw new Error(problems.join('; '));
-  }
-
-
-  /**
-   * A start the update policy decided installs the digest it decided on, never a build the tag was
-   * moved to since, and never a quarantined one (docs/adr/0044-restore-and-decided-digest.md).
-   */
-  private async checkDecided(req: SelfUpdateView, target: UpdateTarget | null): Promise<void> {
-    if (!target || (!req.decidedDigest && !startedByPolicy(req))) return;
-    const problems: string[] = [];
-    if (req.decidedDigest && req.decidedDigest !== target.digest) {
-      problems.push(`the update policy decided on ${req.decidedDigest}, but ${this.repository}:${target.tag} now names ${target.digest}`);
-    }
-    const q = await activeQuarantine(this.d.db, target.digest);
-    if (q) {
-      const update = q.requestId ? `its update ${q.requestId}` : 'its update';
-      problems.push(`${target.digest} is quarantined (${update} ended ${q.outcome} at ${q.since.toISOString()}): the update policy never starts it; an update started by hand lifts it`);
-    }
-    if (problems.length) throw new Error(problems.join('; '));
-  }
-
   private async run(req: SelfUpdateView, signal: AbortSignal): Promise<void> {
     const id = req.requestId;
     const log = this.d.logger.child({ requestId: id });
@@ -193,7 +101,7 @@ export class SelfUpdateReconciler implements Reconciler<string> {
 
   /** Runs the chart; null when it was stopped. */
   private async preflight(req: SelfUpdateView, log: Logger, signal: AbortSignal): Promise<PreflightResult | null> {
-    const { db, engine, runtime, settings } = this.d;
+    const { db } = this.d;
     const id = req.requestId;
     log.info({ actor: req.actor }, 'self-update requested');
 
@@ -207,119 +115,7 @@ export class SelfUpdateReconciler implements Reconciler<string> {
     await say({ type: 'phase', payload: { phase: 'started', kind: 'self-update', requestId: id } });
     let step: string | null = null;
     const noteChange = (key: keyof PreflightChanges, before: string | null): Promise<void> => writes.add(() => noteSelfUpdateChange(db, id, key, before));
-    const actors = {
-      resolveTarget: fromPromise<ResolvedTarget, undefined>(async () => {
-        const v = await runtime.version();
-        const channel = resolveChannel({ INSTALLER_CHANNEL: this.d.channel }, v.tag);
-        if (!channel) throw new Error(`the channel is unknown: INSTALLER_CHANNEL is not set and the running tag (${v.tag ?? 'none'}) has no channel prefix`);
-        const tag = `${channel}-latest`;
-        const digest = await engine.remoteDigest(`${this.repository}:${tag}`, v.digest);
-        await updateSelfUpdate(db, id, { channel, targetTag: tag, targetDigest: digest, previousReference: v.image, previousDigest: v.digest, previousImageId: v.imageId });
-        const running: RunningImage = { inContainer: v.inContainer, reference: v.image, tag: v.tag, digest: v.digest, imageId: v.imageId };
-        return { running, target: { channel, tag, digest } };
-      }),
-      checkPreconditions: fromPromise<void, { running: RunningImage | null; target: UpdateTarget | null }>(async ({ input }) => {
-        const r = input.running;
-        await this.checkDecided(req, input.target);
-        if (!r?.inContainer || !r.imageId) throw new Error('the installer does not run in a container: there is no image to pin and no compose project to switch');
-        const own = await engine.ownCompose();
-        if (!own || own.project !== settings.project) {
-          throw new Error(`this backend's container belongs to compose project ${own?.project ?? '(none)'}, not INSTALLER_PROJECT=${settings.project}: the helper would switch the wrong project`);
-        }
-        if (own.service !== BACKEND_SERVICE) throw new Error(`this backend runs as compose service ${own.service ?? '(none)'}, not ${BACKEND_SERVICE}`);
-        const problem = await conflictOf(db, { kind: 'update', own: id });
-        if (problem) throw conflict(problem);
-      }),
-      // PUBLISHED_COMPOSE_URL when set, else the file the target image (just pulled) ships.
-      fetchPublishedCompose: fromPromise<string, { target: UpdateTarget; imageId: string }>(({ input }) => engine.publishedComposeOf(input.target.channel, input.imageId)),
-      // Before anything is changed; the backup's name goes on the row for the schema alarm.
-      backupDatabase: fromPromise<string, { running: RunningImage; target: UpdateTarget }>(async ({ input }) => {
-        const from = input.running.digest ?? input.running.imageId;
-        // Retention keeps the backups unresolved schema alarms name, whatever their age.
-        const b = await engine.backupDatabase(from, settings.backupsKeep ?? 5, await alarmedBackups(db, CHANGED_SCHEMA));
-        await updateSelfUpdate(db, id, { backupFile: b.file });
-        log.info({ backup: b.file, removed: b.removed }, `database backed up before the update: ${b.file}`);
-        if (b.pruneProblem) log.warn({ backup: b.file }, `older database backups could not be removed: ${b.pruneProblem}`);
-        return b.file;
-      }),
-      pullTarget: fromPromise<string, { target: UpdateTarget }>(async ({ input }) => {
-        const ref = `${this.repository}@${input.target.digest}`;
-        log.info({ digest: input.target.digest }, `pulling ${ref}`);
-        // The pull by digest reports no layers: the target's pull is one bar, begun and done (the
-        // viewer shows `Pulled` as done, as the engine words a finished pull).
-        await say({ type: 'progress', payload: { id: ref, status: 'Pulling' } }, outputLine(`pulling ${ref}`));
-        const imageId = await engine.pullByDigest(this.repository, input.target.digest);
-        await updateSelfUpdate(db, id, { targetImageId: imageId });
-        await say({ type: 'progress', payload: { id: ref, status: 'Pulled' } }, outputLine(`pulled ${ref}: image ${imageId}`));
-        return imageId;
-      }),
-      tagRollback: fromPromise<{ before: string | null }, { running: RunningImage }>(async ({ input }) => {
-        const before = await engine.imageIdOf(`${this.repository}:${settings.rollbackTag}`);
-        await noteChange('rollbackTag', before);
-        await engine.tag(input.running.imageId!, this.repository, settings.rollbackTag);
-        return { before };
-      }),
-      stageComposeFile: fromPromise<{ before: string | null }, { content: string }>(async ({ input }) => {
-        const before = await engine.readStaged();
-        await noteChange('stagedFile', before);
-        // Recorded before the write: the helper installs the staged file only if it has this digest.
-        await updateSelfUpdate(db, id, { stagedComposeSha256: sha256Of(input.content) });
-        await engine.writeStaged(input.content);
-        return { before };
-      }),
-      tagNew: fromPromise<{ before: string | null }, { target: UpdateTarget; imageId: string }>(async ({ input }) => {
-        const before = await engine.imageIdOf(`${this.repository}:${input.target.tag}`);
-        await noteChange('newTag', before);
-        await engine.tag(input.imageId, this.repository, input.target.tag);
-        return { before };
-      }),
-      recordAction: fromPromise<RecordedAction, RecordActionInput>(async ({ input }) => {
-        const preUpdateMigration = await currentMigration(db);
-        const from = input.running.digest ?? input.running.imageId ?? 'unknown';
-        // One transaction: a restart between the two would leave an audit row `started` that no
-        // request refers to, which nothing would ever finish.
-        const recorded = await db.transaction().execute(async (tx) => {
-          const action = await recordStarted(tx, {
-            kind: 'self-update',
-            actor: { id: req.actor, email: req.actorEmail, kind: req.actorKind },
-            // The audit row links the update's transcript.
-            jobId: req.jobId,
-            targetDigest: input.target.digest,
-            schemaMigration: preUpdateMigration,
-            detail: `from ${input.running.reference ?? 'unknown'} (${from}) to ${this.repository}:${input.target.tag} (${input.target.digest})`,
-          });
-          const actionId = String(action.id);
-          await updateSelfUpdate(tx, id, { actionId, preUpdateMigration });
-          // Someone started this build by hand, past preflight: its quarantine is lifted, by them
-          // (docs/update-policy.md). The policy's own start never lifts one.
-          if (!startedByPolicy(req) && (await liftQuarantine(tx, input.target.digest, { id: req.actor, email: req.actorEmail }))) {
-            log.info({ digest: input.target.digest, by: req.actor }, 'quarantine lifted by a manual self-update');
-          }
-          return { actionId, preUpdateMigration };
-        });
-        auditTrailChanged(); // committed now: cached audit pages read before this are stale
-        return recorded;
-      }),
-      removeLeftoverHelper: fromPromise<void, undefined>(async () => {
-        if (await engine.removeHelper()) log.info(`removed a leftover ${HELPER_NAME}`);
-      }),
-      spawnHelper: fromPromise<string, { target: UpdateTarget }>(async ({ input }) => {
-        // The digest recorded when the file was staged, read back from the row: the helper checks it.
-        const staged = (await getSelfUpdate(db, id))?.stagedComposeSha256 ?? null;
-        if (!staged) throw new Error('no digest of the staged compose file is recorded: the helper would have nothing to check it against');
-        const spec = helperSpec(settings, input.target, id, staged);
-        const containerId = await engine.spawnHelper(spec);
-        log.info({ containerId, image: spec.image, cmd: spec.cmd }, `started ${HELPER_NAME}`);
-        await say(
-          { type: 'phase', payload: { phase: 'helper-started', container: HELPER_NAME, containerId, image: spec.image } },
-          outputLine(`started ${HELPER_NAME} (${containerId.slice(0, 12)}) from ${spec.image}: ${spec.cmd.join(' ')}`),
-          outputLine(`the installer restarts now; the helper's output follows once the new backend has read it`),
-        );
-        return containerId;
-      }),
-      undoPreflight: fromPromise<void, UndoInput>(({ input }) => this.undo(input)),
-    };
-
+    const actors = preflightActors(this.d, { req, log, say, noteChange });
     const result = await runChart({
       machine: selfUpdateMachine.provide({ actors }),
       input: { requestId: id },
@@ -448,7 +244,7 @@ export class SelfUpdateReconciler implements Reconciler<string> {
     const changes: PreflightChanges = ctx?.changes ?? {};
     let detail = reason;
     try {
-      await this.undo({ changes, target: ctx?.target ?? null, actionId: ctx?.actionId ?? r.actionId, detail });
+      await undoPreflight(this.d, { changes, target: ctx?.target ?? null, actionId: ctx?.actionId ?? r.actionId, detail });
       detail += '; nothing was changed';
     } catch (err) {
       detail += `; undoing the preflight failed (${(err as Error).message}): check the rollback tag and the staged compose file`;

@@ -67,6 +67,16 @@ describe('layer arrows', () => {
     expect(await lint('controllers/index.ts', `import { ComposeJobReconciler } from './compose-job.ts';\nexport default ComposeJobReconciler;\n`)).toEqual([]);
   });
 
+  it("a reconciler's parts, in a folder of its name, are its alone and import no reconciler", async () => {
+    const parts = `import { preflightActors } from './self-update/preflight.ts';\nexport default preflightActors;\n`;
+    expect(await lint('controllers/self-update.ts', parts)).toEqual([]);
+    expect((await lint('controllers/compose-job.ts', parts)).length).toBe(1);
+    expect((await lint('controllers/self-update.ts', `import { ComposeJobReconciler } from './compose-job.ts';\nexport default ComposeJobReconciler;\n`)).length).toBe(1);
+    expect(await lint('controllers/self-update/example.ts', `import { runChart } from '../runtime/run-chart.ts';\nimport { getJob } from '../../src/state/jobs.ts';\nexport default [runChart, getJob];\n`)).toEqual([]);
+    expect((await lint('controllers/self-update/example.ts', `import { ComposeJobReconciler } from '../compose-job.ts';\nexport default ComposeJobReconciler;\n`)).length).toBe(1);
+    expect((await lint('controllers/self-update/example.ts', `import { AppError } from '../../src/api/errors.ts';\nexport default AppError;\n`)).length).toBe(1);
+  });
+
   it('test helpers by tier: a tier uses only its own helpers and those below it', async () => {
     const imports = (file: string, imp: string) => lint(file, `import x from '${imp}';\nexport default x;\n`);
     expect(await imports('test/api/example.test.ts', '../helpers/api/app.ts')).toEqual([]);
