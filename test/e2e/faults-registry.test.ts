@@ -3,7 +3,7 @@
 // timeouts are minutes long; the adapter bounds the call at REGISTRY_TIMEOUT_MS, so the check
 // answers 200 within that bound with updateAvailable false, remoteDigest null and `error` naming
 // the registry problem (docs/adr/0012-dependency-faults.md). Figures: prefix `faults-registry:`.
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -19,16 +19,23 @@ import { REGISTRY_TIMEOUT_MS } from '../../src/adapters/self-update.ts';
 /** The check's own work besides the registry (runtime, compose files, database) fits in this. */
 const MARGIN_MS = 2_000;
 
-/** One database per backend: observed state is an installer's own, and each backend observes its own registry. */
+/**
+ * One database per backend: observed state is an installer's own, and each backend observes its own
+ * registry. Each case stops its backend and drops its database when it ends: a backend holds up to
+ * a dozen connections, and five left running with another file's beside them filled the machine
+ * Postgres's 100 ("sorry, too many clients already").
+ */
 const dbs: TestDatabase[] = [];
 const procs: Running[] = [];
 const registries: FakeRegistry[] = [];
 
-afterAll(async () => {
-  for (const p of procs) await p.stop('SIGKILL');
-  for (const r of registries) await r.close();
-  for (const d of dbs) await d.drop();
-});
+async function release(): Promise<void> {
+  for (const p of procs.splice(0)) await p.stop('SIGKILL');
+  for (const r of registries.splice(0)) await r.close();
+  for (const d of dbs.splice(0)) await d.drop();
+}
+afterEach(release);
+afterAll(release);
 
 async function backend(registry: string): Promise<string> {
   const db = await createTestDatabase();
