@@ -9,6 +9,16 @@ const API_IMPORTS = 'The API imports only its own modules, src/state, contracts,
 const API_SQL_CALL = 'CallExpression[callee.property.name=/^(selectFrom|insertInto|updateTable|deleteFrom|mergeInto|replaceInto|selectNoFrom)$/]';
 const API_NO_SQL = 'The API holds no SQL: it calls the functions of src/state (architecture.md).';
 
+/** What a reconciler (controllers/*.ts) may import beside it: the folders named in `allowed` (a regex alternation), never another reconciler or the API. */
+const reconcilerImports = (allowed) => ({
+  'no-restricted-imports': ['error', {
+    patterns: [
+      { regex: `^\\./(?!${allowed})`, message: 'A reconciler never imports another: they meet in the database (docs/adr/0025-one-reconciler-per-kind.md).' },
+      { group: ['**/api/**'], message: 'Controllers never import the API (architecture.md).' },
+    ],
+  }],
+});
+
 export default tseslint.config(
   { ignores: ['node_modules/**', 'dist/**', 'data/**', '.artifacts/**', 'src/ui/**/dist/**'] },
   ...tseslint.configs.recommended,
@@ -92,26 +102,12 @@ export default tseslint.config(
     // the shared runtime; only controllers/index.ts builds them all.
     files: ['controllers/*.ts'],
     ignores: ['controllers/index.ts'],
-    rules: {
-      'no-restricted-imports': ['error', {
-        patterns: [
-          { regex: '^\\./(?!runtime/)', message: 'A reconciler never imports another: they meet in the database (docs/adr/0025-one-reconciler-per-kind.md).' },
-          { group: ['**/api/**'], message: 'Controllers never import the API (architecture.md).' },
-        ],
-      }],
-    },
+    rules: reconcilerImports('runtime/'),
   },
   {
     // A reconciler's own parts sit in a folder of its name; it alone imports them.
     files: ['controllers/self-update.ts'],
-    rules: {
-      'no-restricted-imports': ['error', {
-        patterns: [
-          { regex: '^\\./(?!runtime/|self-update/)', message: 'A reconciler never imports another: they meet in the database (docs/adr/0025-one-reconciler-per-kind.md).' },
-          { group: ['**/api/**'], message: 'Controllers never import the API (architecture.md).' },
-        ],
-      }],
-    },
+    rules: reconcilerImports('runtime/|self-update/'),
   },
   {
     // The parts of a reconciler import no reconciler, only the shared runtime beside them.
