@@ -25,12 +25,9 @@ export function npmStartNodeFlags(): string[] {
  * the backend bundled from the sources, in .artifacts/start.
  */
 export async function bundleForNpmStart(): Promise<void> {
-  const child = spawn(NODE, ['--import', 'tsx', path.join(ROOT, 'scripts/bundle-backend.ts'), '--source'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
-  const code = await new Promise<number | null>((res) => child.on('exit', res));
-  if (code !== 0) throw new Error(`scripts/bundle-backend.ts --source exited ${code}:\n${out}`);
+  const proc = runEntry('scripts/bundle-backend.ts', {}, ['--source']);
+  const code = await proc.exited;
+  if (code !== 0) throw new Error(`scripts/bundle-backend.ts --source exited ${code}:\n${proc.output()}`);
 }
 
 export interface Running {
