@@ -60,25 +60,108 @@ export interface ReconcileOptions {
   db?: (db: Kysely<DB>) => Kysely<DB>;
 }
 
-export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger: Logger; database: Database; secretSet: SecretSet; recentLogs?: RecentLines }, opts: { runtime?: RuntimePort; selfUpdateEngine?: SelfUpdateEngine; tlsFingerprint256?: string | null; reconcile?: ReconcileOptions } = {}): Wired {
-  const { settings, secrets, logger, database } = b;
-  const docker = connectEngine(settings.DOCKER_SOCKET);
-  const platformFiles = new PlatformFiles(settings.PLATFORM_DIR, settings.PLATFORM_PROJECT, settings.DOCKER_SOCKET, { pins: settings.PLATFORM_TEMPLATES_SHA256 });
-  // One set of secret values for every scrubber (boot's): a rotated-in service token joins it before use.
-  const secretSet = b.secretSet;
-  const recentLogs = b.recentLogs ?? new RecentLines();
-  const scrub = secretSet.scrub;
+/** What boot hands over: settings, secrets, the logger, the database and the scrubber's secret values. */
+export interface Booted {
+  settings: Settings;
+  secrets: InstallerSecrets;
+  logger: Logger;
+  database: Database;
+  secretSet: SecretSet;
+  recentLogs?: RecentLines;
+}
+
+export interface WireOptions {
+  runtime?: RuntimePort;
+  selfUpdateEngine?: SelfUpdateEngine;
+  tlsFingerprint256?: string | null;
+  reconcile?: ReconcileOptions;
+}
+
+export function wire(b: Booted, opts: WireOptions = {}): Wired {
+  const { settings, database } = b;
+  const secrets = secretsInUse(b);
+  const engine = engineAdapters(b, opts);
+  // The controllers' database, and their job events' (the same, unless a test puts faults in it).
+  const reconcileDb = opts.reconcile?.db?.(database.db) ?? database.db;
+  const events = new JobEventLog(reconcileDb, { scrub: secrets.scrub, memoryRetentionMs: settings.JOB_MEMORY_RETENTION_MINUTES * 60_000 });
+  const controllers = reconcilers(b, opts, { reconcileDb, events, secrets, engine });
+  const retention = retentionPasses(b);
+  const users = userDirectory(database);
+  const deps = apiDeps(b, { events, secrets, engine, users });
+  const socket = userSocket(b, users);
+  let unfollow: (() => Promise<void>) | undefined;
+  return {
+    deps,
+    controllers,
+    observer: controllers.observer,
+    selfUpdateEngine: engine.selfUpdateEngine,
+    events,
+    hostRunner: engine.hostRunner,
+    retention,
+    async prepare() {
+      if (settings.INSTALLER_ROLE !== 'api') await controllers.prepare();
+    },
+    async start() {
+      await Promise.all([
+        settings.INSTALLER_ROLE !== 'api' ? retention.start() : undefined,
+        // The API's streams hear of events stored by whichever process runs the controllers.
+        settings.INSTALLER_ROLE !== 'controllers' ? events.follow((c, n) => database.listen(c, n)).then((u) => void (unfollow = u)) : undefined,
+        // Every reconciler, the observer (the one writer of observed state) among them.
+        settings.INSTALLER_ROLE !== 'api' ? controllers.start() : undefined,
+      ]);
+      await socket.open();
+    },
+    async stop() {
+      await socket.close();
+      await retention.stop();
+      await retention.idle();
+      await controllers.stop();
+      // Nothing observes any more: what the engine keeps for this process goes.
+      await engine.selfUpdateEngine.close?.();
+      await unfollow?.();
+      unfollow = undefined;
+    },
+  };
+}
+
+type Users = ReturnType<typeof userDirectory>;
+
+interface SecretsInUse {
+  /** Removes every known secret value from a text (one set for every scrubber, boot's included). */
+  scrub: (text: string) => string;
+  serviceTokens: ServiceTokens;
+  sealer: Sealer;
+}
+
+/** The service token (watched for rotation), the sealer of stored secrets, and the scrubber that knows them all. */
+function secretsInUse({ secrets, logger, secretSet }: Booted): SecretsInUse {
   const serviceTokens = new ServiceTokens({
     initial: secrets.serviceToken,
     file: secrets.serviceTokenWatchFile ?? null,
+    // A rotated-in service token joins the scrubber's set before use.
     learn: (t) => secretSet.add(t),
     warn: (details, message) => logger.warn(details, message),
     info: (details, message) => logger.info(details, message),
   });
-  // The controllers' database, and their job events' (the same, unless a test puts faults in it).
-  const reconcileDb = opts.reconcile?.db?.(database.db) ?? database.db;
-  const events = new JobEventLog(reconcileDb, { scrub, memoryRetentionMs: settings.JOB_MEMORY_RETENTION_MINUTES * 60_000 });
-  const sealer = new Sealer(secrets.encryptionKey);
+  return { scrub: secretSet.scrub, serviceTokens, sealer: new Sealer(secrets.encryptionKey) };
+}
+
+interface EngineAdapters {
+  docker: ReturnType<typeof connectEngine>;
+  runtime: RuntimePort;
+  platformFiles: PlatformFiles;
+  platform: PlatformPort;
+  hostRunner: HostRunner;
+  selfUpdateSettings: SelfUpdateSettings;
+  selfUpdateEngine: SelfUpdateEngine;
+}
+
+type SelfUpdateSettings = ReturnType<typeof selfUpdateSettingsOf>;
+
+/** The Docker engine and what acts through it: the installer's runtime, the platform's files, the host runner, the self-update. */
+function engineAdapters({ settings, database }: Booted, opts: WireOptions): EngineAdapters {
+  const docker = connectEngine(settings.DOCKER_SOCKET);
+  const platformFiles = new PlatformFiles(settings.PLATFORM_DIR, settings.PLATFORM_PROJECT, settings.DOCKER_SOCKET, { pins: settings.PLATFORM_TEMPLATES_SHA256 });
   const runtime = opts.runtime ?? new EngineRuntime(docker, `${settings.INSTALLER_REGISTRY}/${settings.INSTALLER_IMAGE_NAME}`);
   const hostRunner = new HostRunner(docker, {
     image: async () => {
@@ -91,7 +174,19 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     pidMode: settings.MIGRATE_RUNNER_PID_MODE,
     env: settings.MIGRATE_HOST_STOP_TIMEOUT ? { STOP_TIMEOUT: String(settings.MIGRATE_HOST_STOP_TIMEOUT) } : {},
   });
-  const selfUpdateSettings = {
+  const selfUpdateSettings = selfUpdateSettingsOf(settings);
+  const selfUpdateEngine = opts.selfUpdateEngine ?? new DockerSelfUpdateEngine(docker, selfUpdateSettings, runtime, databaseBackupOf(database, docker, settings));
+  const platform: PlatformPort = {
+    project: settings.PLATFORM_PROJECT,
+    services: () => platformFiles.services(),
+    containers: () => projectContainers(docker, settings.PLATFORM_PROJECT),
+    readEnv: () => platformFiles.readEnv(),
+  };
+  return { docker, runtime, platformFiles, platform, hostRunner, selfUpdateSettings, selfUpdateEngine };
+}
+
+function selfUpdateSettingsOf(settings: Settings) {
+  return {
     repository: `${settings.INSTALLER_REGISTRY}/${settings.INSTALLER_IMAGE_NAME}`,
     project: settings.INSTALLER_PROJECT,
     workDir: settings.INSTALLER_WORK_DIR,
@@ -105,30 +200,32 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
     initTimeoutSeconds: settings.SELF_UPDATE_INIT_TIMEOUT_SECONDS,
     backupsKeep: settings.SELF_UPDATE_BACKUPS_KEEP,
   };
-  const selfUpdateEngine = opts.selfUpdateEngine ?? new DockerSelfUpdateEngine(docker, selfUpdateSettings, runtime, databaseBackupOf(database, docker, settings));
-  const platform: PlatformPort = {
-    project: settings.PLATFORM_PROJECT,
-    services: () => platformFiles.services(),
-    containers: () => projectContainers(docker, settings.PLATFORM_PROJECT),
-    readEnv: () => platformFiles.readEnv(),
-  };
-  const workerId = `${hostname()}:${process.pid}`;
-  const controllers = new Controllers({
+}
+
+/** Every reconciler of this process, one per kind: jobs, self-update, notifications and the observer. */
+function reconcilers(
+  { settings, logger, database }: Booted,
+  opts: WireOptions,
+  { reconcileDb, events, secrets, engine }: { reconcileDb: Kysely<DB>; events: JobEventLog; secrets: SecretsInUse; engine: EngineAdapters },
+): Controllers {
+  const { docker, runtime, platform, selfUpdateEngine, selfUpdateSettings } = engine;
+  const { scrub, sealer, serviceTokens } = secrets;
+  return new Controllers({
     db: reconcileDb,
     ...(opts.reconcile?.backoff ? { backoff: opts.reconcile.backoff } : {}),
     ...(opts.reconcile?.watchdogMs !== undefined ? { watchdogMs: opts.reconcile.watchdogMs } : {}),
     listen: (c, n) => database.listen(c, n),
     events,
     logger,
-    workerId,
+    workerId: `${hostname()}:${process.pid}`,
     jobs: {
-      platform: platformFiles,
+      platform: engine.platformFiles,
       sealer,
       pruneImages: () => pruneDanglingImages(docker),
       hungMinutes: settings.HUNG_JOB_MINUTES,
       templatesUrl: settings.PLATFORM_TEMPLATES_URL,
       installerEnv: () => installerEnvFor(settings.PLATFORM_INSTALLER_URL, serviceTokens.current(), opts.tlsFingerprint256 ?? null),
-      hostRunner,
+      hostRunner: engine.hostRunner,
       migrateHostScriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
     },
     selfUpdate: { engine: selfUpdateEngine, runtime, settings: selfUpdateSettings, channel: settings.INSTALLER_CHANNEL, scrub },
@@ -149,82 +246,73 @@ export function wire(b: { settings: Settings; secrets: InstallerSecrets; logger:
       watch: (projects, onEvent, onEnd) => watchProjectEvents(docker, projects, onEvent, onEnd),
     },
   });
-  // Retention runs where the controllers do (docs/adr/0043-healthy-means-reconciling.md).
-  const retentionIntervalMs = settings.RETENTION_INTERVAL_MINUTES * 60_000;
-  const retention = retentionQueue({
+}
+
+/** The retention passes; they run where the controllers do (docs/adr/0043-healthy-means-reconciling.md). */
+function retentionPasses({ settings, logger, database }: Booted): Wired['retention'] {
+  return retentionQueue({
     db: database.db,
     logger: logger.child({ controller: 'retention' }),
     limits: { jobEventDays: settings.JOB_EVENT_RETENTION_DAYS, batchRows: settings.RETENTION_BATCH_ROWS, batchTimeoutMs: settings.RETENTION_BATCH_TIMEOUT_MS },
-    intervalMs: retentionIntervalMs,
+    intervalMs: settings.RETENTION_INTERVAL_MINUTES * 60_000,
   });
-  const logs = new ContainerLogs(docker, { scrub, warn: (details, message) => logger.warn(details, message) });
-  const users = userDirectory(database);
-  let closeLocalSocket: (() => Promise<void>) | undefined;
-  let unfollow: (() => Promise<void>) | undefined;
-  const deps: AppDeps = {
+}
+
+/** What the API receives. */
+function apiDeps(
+  { settings, secrets: installerSecrets, logger, database, recentLogs }: Booted,
+  { events, secrets, engine, users }: { events: JobEventLog; secrets: SecretsInUse; engine: EngineAdapters; users: Users },
+): AppDeps {
+  const { scrub, serviceTokens, sealer } = secrets;
+  const recent = recentLogs ?? new RecentLines();
+  return {
     users,
-    logs,
+    logs: new ContainerLogs(engine.docker, { scrub, warn: (details, message) => logger.warn(details, message) }),
     settings,
     database,
     logger,
-    jwtSecret: secrets.jwtSecret,
+    jwtSecret: installerSecrets.jwtSecret,
     serviceTokens: () => serviceTokens.current(),
-    platform: { project: platform.project },
+    platform: { project: engine.platform.project },
     events,
     sealer,
     // The graphs never change while the process runs: drawn once here.
     machines: machineCharts(database.db, SPECS.map((s) => ({ id: s.id, title: s.title, description: s.description, version: s.version, graph: flattenChart(s.machine) }))),
     diagnostics: {
-      recentLogLines: () => recentLogs.snapshot(),
+      recentLogLines: () => recent.snapshot(),
       scrub,
     },
   };
+}
+
+/**
+ * The local socket the `user` CLI hands its changes to, served where the database is embedded
+ * (this process's alone); elsewhere the CLI writes to the database itself and this does nothing.
+ */
+function userSocket({ settings, logger, database }: Booted, users: Users): { open(): Promise<void>; close(): Promise<void> } {
+  let close: (() => Promise<void>) | undefined;
   return {
-    deps,
-    controllers,
-    observer: controllers.observer,
-    selfUpdateEngine,
-    events,
-    hostRunner,
-    retention,
-    async prepare() {
-      if (settings.INSTALLER_ROLE !== 'api') await controllers.prepare();
+    async open() {
+      if (database.kind !== 'pglite') return;
+      const log = logger.child({ component: 'local-socket' });
+      close = await serveLocalSocket(
+        localSocketPath(settings.DATA_DIR),
+        async (raw) => {
+          const parsed = userCommandSchema.safeParse(raw);
+          if (!parsed.success) return { ok: false, output: 'the request is not a user command\n', exitCode: 2 };
+          const cmd = parsed.data;
+          const result = cmd.op === 'list' ? await runUserCommand(database.db, cmd) : await users.applying(cmd.username, () => runUserCommand(database.db, cmd));
+          if (result.changed) {
+            log.info({ actor: parsed.data.op === 'list' ? undefined : parsed.data.actor, ...result.changed }, 'user changed');
+          }
+          return result;
+        },
+        (err) => log.error({ err }, 'local socket request failed'),
+      );
     },
-    async start() {
-      await Promise.all([
-        settings.INSTALLER_ROLE !== 'api' ? retention.start() : undefined,
-        // The API's streams hear of events stored by whichever process runs the controllers.
-        settings.INSTALLER_ROLE !== 'controllers' ? events.follow((c, n) => database.listen(c, n)).then((u) => void (unfollow = u)) : undefined,
-        // Every reconciler, the observer (the one writer of observed state) among them.
-        settings.INSTALLER_ROLE !== 'api' ? controllers.start() : undefined,
-      ]);
-      // The embedded database is this process's alone: the `user` CLI hands its changes over here.
-      if (database.kind === 'pglite') {
-        const log = logger.child({ component: 'local-socket' });
-        closeLocalSocket = await serveLocalSocket(
-          localSocketPath(settings.DATA_DIR),
-          async (raw) => {
-            const parsed = userCommandSchema.safeParse(raw);
-            if (!parsed.success) return { ok: false, output: 'the request is not a user command\n', exitCode: 2 };
-            const cmd = parsed.data;
-            const result = cmd.op === 'list' ? await runUserCommand(database.db, cmd) : await users.applying(cmd.username, () => runUserCommand(database.db, cmd));
-            if (result.changed) {
-              log.info({ actor: parsed.data.op === 'list' ? undefined : parsed.data.actor, ...result.changed }, 'user changed');
-            }
-            return result;
-          },
-          (err) => log.error({ err }, 'local socket request failed'),
-        );
-      }
-    },
-    async stop() {
-      await closeLocalSocket?.();
-      closeLocalSocket = undefined;
-      await retention.stop();
-      await retention.idle();
-      await controllers.stop();
-      await unfollow?.();
-      unfollow = undefined;
+    async close() {
+      await close?.();
+      close = undefined;
     },
   };
 }
