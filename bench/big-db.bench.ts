@@ -2,7 +2,7 @@
 // events and 1 million audit rows (bench/big-db/generate.ts makes them once, in `bigdb` on the
 // machine's Postgres, and later runs reuse them), plus events past the 30-day retention for the
 // first prune to delete (topped up at every run). Against the backend as the image runs it (its
-// bundle from its code cache, bench/load.bench.ts), with the audit cache off (every page read from the database):
+// bundle from its code cache, bench/load/backend.ts), with the audit cache off (every page read from the database):
 // - boot to healthy (the first 200 of GET /api/health: controllers running);
 // - p99 of the API (the audit page, the job list, health; 4 clients) while the first prune runs;
 // - replay of a 100,000-event job over SSE, from the database;
@@ -10,7 +10,7 @@
 // Knobs (environment): BIGDB_NAME (bigdb), BIGDB_EVENTS, BIGDB_AUDIT_ROWS (see the generator),
 // BENCH_BIGDB_OLD_EVENTS (1000000) events past the retention at boot, RETENTION_BATCH_ROWS the
 // backend's batch (its default unless set), BENCH_BACKEND_DIST a build
-// to run instead of making one (what buildBackend in bench/load.bench.ts makes).
+// to run instead of making one (what buildBackend in bench/load/backend.ts makes).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -18,7 +18,8 @@ import { performance } from 'node:perf_hooks';
 import { sql } from 'kysely';
 import type { Bench, Figure } from './run.ts';
 import { bigDbUrl, BIGDB_NAME, ensureOldEvents, generate, REPLAY_EVENTS, REPLAY_JOB } from './big-db/generate.ts';
-import { buildBackend, http, startBackend, type Backend } from './load.bench.ts';
+import { buildBackend, startBackend, type Backend } from './load/backend.ts';
+import { http } from './load/processes.ts';
 import { median } from './stats.ts';
 import { hashPassword } from '../src/state/users.ts';
 import type { TestDatabase } from '../test/helpers/shared/db.ts';

@@ -22,373 +22,29 @@
 // each saturating run, BENCH_LOAD_LEVELS (info,warn) log levels to load, BENCH_LOAD_UNCACHED (1)
 // also load the audit trail with AUDIT_CACHE_MS=0, BENCH_BOOT_RUNS (5) boots per start mode,
 // BENCH_BACKEND_NODE_ARGS node options for the built backend (default: those of deploy/Dockerfile's CMD).
-import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, copyFileSync, existsSync, writeFileSync } from 'node:fs';
-import { request } from 'node:http';
-import { createServer } from 'node:net';
+//
+// Its parts, in bench/load/: the processes it starts and reads (processes.ts), the backend built and
+// booted as the image does it (backend.ts), the wrk runs (wrk.ts) and the bare Fastify baseline (bare.ts).
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { performance } from 'node:perf_hooks';
 import { median } from './stats.ts';
 import type { Bench, Figure } from './run.ts';
-import { bundleForNpmStart, NODE, npmStartArgs, ROOT } from '../test/helpers/shared/process.ts';
+import { http, live, rssMB, run, sleep, type Proc } from './load/processes.ts';
+import { buildBackend, NODE_ARGS, startBackend, type Mode } from './load/backend.ts';
+import { fixedRate, medianRun, paired, PAIR_SECONDS, PAIRS, RATE_CONNECTIONS, SAT_CONNECTIONS, SECONDS, TARGET_RPS, wrkScripts, type Paired, type Saturated, type Target } from './load/wrk.ts';
+import { startBare } from './load/bare.ts';
+import { bundleForNpmStart, npmStartArgs, ROOT } from '../test/helpers/shared/process.ts';
 import { createTestDatabase, type TestDatabase } from '../test/helpers/shared/db.ts';
 import { createUser } from '../src/state/users.ts';
 import { ACTION_KINDS } from '../src/db/schema.ts';
 
-const SECONDS = Number(process.env.BENCH_LOAD_SECONDS ?? 10);
-/** Pairs of saturating runs (baseline, endpoint) per ratio, and the length of each run. */
-const PAIRS = Number(process.env.BENCH_LOAD_PAIRS ?? 3);
-const PAIR_SECONDS = Number(process.env.BENCH_LOAD_PAIR_SECONDS ?? 5);
 const LEVELS = (process.env.BENCH_LOAD_LEVELS ?? 'info,warn').split(',').filter(Boolean);
 const BOOT_RUNS = Number(process.env.BENCH_BOOT_RUNS ?? 5);
 /** Also load the audit trail with AUDIT_CACHE_MS=0 (every request reads the database). */
 const UNCACHED = process.env.BENCH_LOAD_UNCACHED !== '0';
-/** The node options the image starts the backend with (deploy/Dockerfile's CMD), unless overridden. */
-function imageNodeArgs(): string[] {
-  const cmd = /^CMD (\[.*\])\s*$/m.exec(readFileSync(path.join(ROOT, 'deploy/Dockerfile'), 'utf8'))?.[1];
-  if (!cmd) throw new Error('deploy/Dockerfile has no CMD in exec form');
-  const argv = JSON.parse(cmd) as string[];
-  return argv.slice(1, -1);
-}
-const NODE_ARGS = process.env.BENCH_BACKEND_NODE_ARGS !== undefined ? process.env.BENCH_BACKEND_NODE_ARGS.split(/\s+/).filter(Boolean) : imageNodeArgs();
 const IDLE_MS = 5_000;
-const TARGET_RPS = 1_000;
-/** Connections of the rate-limited runs: each waits a random delay (mean ≈ this many ms) between requests. */
-const RATE_CONNECTIONS = 50;
-/** Connections of the saturating runs. */
-const SAT_CONNECTIONS = 8;
 const VIEWER = { username: 'bench_viewer', password: 'bench-viewer-password-1' };
-const SECRETS = {
-  JWT_SECRET: 'bench-jwt-secret-0123456789-abcdefghijklmnopqrstu',
-  ENCRYPTION_KEY: 'bench-encryption-key-0123456789-abcdefghijklmn',
-  SERVICE_TOKEN: 'bench-service-token-0123456789-abcdefghijklmno',
-};
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-// ---------------------------------------------------------------- processes
-
-interface Proc {
-  name: string;
-  child: ChildProcess;
-  pid: number;
-  exited: Promise<void>;
-  /** The end of what it printed (stdout and stderr go to a file, so the bench never parses request logs). */
-  tail(): string;
-  stop(): Promise<void>;
-}
-
-/** Everything started here, stopped in `finally` whatever happened. */
-const live = new Set<Proc>();
-
-function startProc(name: string, cmd: string, args: string[], opts: { env?: Record<string, string>; cwd?: string; logFile: string }): Proc {
-  const fd = openSync(opts.logFile, 'w');
-  const child = spawn(cmd, args, {
-    cwd: opts.cwd ?? ROOT,
-    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? '/root', ...opts.env },
-    stdio: ['ignore', fd, fd],
-  });
-  closeSync(fd);
-  const exited = new Promise<void>((res) => child.once('exit', () => res()));
-  const p: Proc = {
-    name,
-    child,
-    pid: child.pid ?? -1,
-    exited,
-    tail: () => {
-      try {
-        return readFileSync(opts.logFile, 'utf8').slice(-4_000);
-      } catch {
-        return '';
-      }
-    },
-    async stop() {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill('SIGTERM');
-        const killed = await Promise.race([exited.then(() => true), sleep(10_000).then(() => false)]);
-        if (!killed) {
-          child.kill('SIGKILL');
-          await exited;
-        }
-      }
-      live.delete(p);
-    },
-  };
-  child.once('error', () => {}); // a spawn failure shows as an exit
-  live.add(p);
-  return p;
-}
-
-/** Runs a command to its end, collecting its output; rejects on a non-zero exit unless `allowFail`. */
-function run(cmd: string, args: string[], opts: { cwd?: string; allowFail?: boolean } = {}): Promise<{ code: number; out: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { cwd: opts.cwd ?? ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
-    child.once('error', reject);
-    child.once('close', (code) => {
-      if (code !== 0 && !opts.allowFail) reject(new Error(`${cmd} ${args.join(' ')} exited ${code}:\n${out.slice(-3_000)}`));
-      else resolve({ code: code ?? -1, out });
-    });
-  });
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-/** One HTTP request on a fresh connection (no pool that could keep the server from closing). */
-export function http(url: string, opts: { method?: string; body?: unknown; token?: string } = {}): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const payload = opts.body === undefined ? undefined : JSON.stringify(opts.body);
-    const req = request(
-      url,
-      {
-        method: opts.method ?? 'GET',
-        agent: false,
-        timeout: 2_000,
-        headers: {
-          connection: 'close',
-          ...(payload ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } : {}),
-          ...(opts.token ? { authorization: `Bearer ${opts.token}` } : {}),
-        },
-      },
-      (res) => {
-        let body = '';
-        res.on('data', (d: Buffer) => (body += d.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-        res.on('error', reject);
-      },
-    );
-    req.on('timeout', () => req.destroy(new Error('timeout')));
-    req.on('error', reject);
-    req.end(payload);
-  });
-}
-
-function rssMB(pid: number): number {
-  const m = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  if (!m) throw new Error(`no VmRSS for pid ${pid}`);
-  return Number(m[1]) / 1024;
-}
-
-/** CPU time (user + system) the process has used, in ms (USER_HZ is 100 on Linux). */
-function cpuMs(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(f[11]) + Number(f[12])) * 10;
-}
-
-// ---------------------------------------------------------------- the backend
-
-export interface Backend {
-  proc: Proc;
-  base: string;
-  bootMs: number;
-}
-
-type Mode = 'image' | 'start';
-
-/** Spawns the backend and waits for the first 200 from /api/health; the wall time is the boot. */
-export async function startBackend(mode: Mode, ctx: { dist: string; db: TestDatabase; dataDir: string; tmp: string }, env: Record<string, string>, n: number): Promise<Backend> {
-  const port = await freePort();
-  const base = `http://127.0.0.1:${port}`;
-  const [cmd, args, cwd] =
-    mode === 'image'
-      ? ([NODE, [...NODE_ARGS, path.join(ctx.dist, 'dist/src/bundle/start.js')], ctx.dist] as const)
-      : ([NODE, npmStartArgs(), ROOT] as const);
-  const t0 = performance.now();
-  const proc = startProc(`backend-${mode}-${n}`, cmd, [...args], {
-    cwd,
-    logFile: path.join(ctx.tmp, `backend-${mode}-${n}.log`),
-    env: {
-      NODE_ENV: 'production',
-      HOST: '127.0.0.1',
-      PORT: String(port),
-      DATABASE_URL: ctx.db.url,
-      DATA_DIR: ctx.dataDir,
-      MIGRATE_ON_BOOT: 'false',
-      DOCKER_SOCKET: process.env.DOCKER_SOCKET ?? '/var/run/docker.sock',
-      ...SECRETS,
-      ...env,
-    },
-  });
-  let gone = false;
-  void proc.exited.then(() => (gone = true));
-  for (;;) {
-    if (gone) throw new Error(`the backend (${mode}) exited before it was healthy:\n${proc.tail()}`);
-    if (performance.now() - t0 > 30_000) throw new Error(`the backend (${mode}) was not healthy within 30 s:\n${proc.tail()}`);
-    try {
-      if ((await http(`${base}/api/health`)).status === 200) break;
-    } catch {
-      /* not listening yet */
-    }
-    await sleep(10);
-  }
-  return { proc, base, bootMs: performance.now() - t0 };
-}
-
-/**
- * The backend as the image holds it (scripts/build-image.sh, then the Dockerfile's priming step):
- * dist/ compiled by tsc, the bundle in dist/src/bundle, its code cache made under the CMD's flags,
- * package.json, and node_modules (linked).
- */
-export async function buildBackend(tmp: string, log: (m: string) => void): Promise<string> {
-  const dir = path.join(tmp, 'app');
-  const t0 = performance.now();
-  const r = await run(NODE, [path.join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json', '--outDir', path.join(dir, 'dist')], { allowFail: true });
-  // tsc emits despite type errors; a type error elsewhere in the tree must not stop a benchmark.
-  if (!existsSync(path.join(dir, 'dist/src/main.js'))) throw new Error(`tsc produced no dist/src/main.js:\n${r.out.slice(-3_000)}`);
-  if (r.code !== 0) log(`warning: tsc exited ${r.code} (type errors in the tree); measuring what it emitted`);
-  copyFileSync(path.join(ROOT, 'package.json'), path.join(dir, 'package.json'));
-  symlinkSync(path.join(ROOT, 'node_modules'), path.join(dir, 'node_modules'));
-  await run(NODE, ['--import', 'tsx', path.join(ROOT, 'scripts/bundle-backend.ts'), path.join(dir, 'dist')]);
-  await run(NODE, [...NODE_ARGS, path.join(dir, 'dist/src/bundle/start.js'), '--prime-code-cache'], { cwd: dir });
-  log(`the backend compiled, bundled and its code cache primed in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-  return dir;
-}
-
-// ---------------------------------------------------------------- wrk
-
-interface WrkResult {
-  requests: number;
-  rps: number;
-  p50: number;
-  p99: number;
-  max: number;
-  errors: number;
-}
-
-// done() prints the figures as one JSON line; latencies in wrk are microseconds.
-const DONE_LUA = `
-function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format('WRKJSON {"requests":%.0f,"duration_us":%.0f,"p50":%.0f,"p99":%.0f,"max":%.0f,"errors":%.0f}\\n',
-    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), latency.max,
-    e.connect + e.read + e.write + e.status + e.timeout))
-end
-`;
-// Each connection waits a random delay, uniform in [0, 2 * mean] ms, before each request: the
-// connections drift apart instead of firing in bursts, and the rate is connections / (mean + latency).
-const RATE_LUA = `
-local mean = 0
-function init(args)
-  mean = tonumber(args[1]) or 0
-  math.randomseed(os.time())
-end
-function delay()
-  return math.random(0, 2 * mean)
-end
-${DONE_LUA}`;
-
-async function wrk(url: string, opts: { token?: string; seconds: number; connections: number; delayMs?: number; scripts: { rate: string; sat: string } }): Promise<WrkResult> {
-  const args = ['-t1', `-c${opts.connections}`, `-d${opts.seconds}s`, '--latency', '--timeout', '2s'];
-  if (opts.token) args.push('-H', `Authorization: Bearer ${opts.token}`);
-  args.push('-s', opts.delayMs === undefined ? opts.scripts.sat : opts.scripts.rate, url);
-  if (opts.delayMs !== undefined) args.push('--', String(opts.delayMs));
-  const child = spawn('wrk', args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  const p: Proc = {
-    name: 'wrk',
-    child,
-    pid: child.pid ?? -1,
-    exited: new Promise((res) => child.once('close', () => res())),
-    tail: () => '',
-    async stop() {
-      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-      await p.exited;
-      live.delete(p);
-    },
-  };
-  live.add(p);
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
-  const failed = new Promise<never>((_, rej) => child.once('error', rej));
-  await Promise.race([p.exited, failed]);
-  live.delete(p);
-  const m = /^WRKJSON (.*)$/m.exec(out);
-  if (!m) throw new Error(`wrk ${args.join(' ')} printed no result:\n${out}`);
-  const j = JSON.parse(m[1]!) as { requests: number; duration_us: number; p50: number; p99: number; max: number; errors: number };
-  return { requests: j.requests, rps: j.requests / (j.duration_us / 1e6), p50: j.p50 / 1000, p99: j.p99 / 1000, max: j.max / 1000, errors: j.errors };
-}
-
-/** A saturating run: wrk without delay, and the server's CPU over it. */
-interface Saturated {
-  rps: number;
-  errors: number;
-  /** CPU of the server process per request, and its share of one core. */
-  cpuUsPerReq: number;
-  cpuShare: number;
-}
-
-interface Target {
-  url: string;
-  token?: string;
-  pid: number;
-}
-
-async function saturate(t: Target, scripts: { rate: string; sat: string }, seconds: number): Promise<Saturated> {
-  const cpu0 = cpuMs(t.pid);
-  const r = await wrk(t.url, { token: t.token, seconds, connections: SAT_CONNECTIONS, scripts });
-  const cpu = cpuMs(t.pid) - cpu0;
-  return { rps: r.rps, errors: r.errors, cpuUsPerReq: (cpu * 1000) / r.requests, cpuShare: cpu / (seconds * 1000) };
-}
-
-/** Warm-up, a short calibration of the delay for ~1,000 req/s, then the fixed-rate run. */
-async function fixedRate(t: Target, scripts: { rate: string; sat: string }): Promise<WrkResult> {
-  await wrk(t.url, { token: t.token, seconds: 2, connections: SAT_CONNECTIONS, scripts });
-  // Per connection a cycle is mean delay + latency + wrk's own overhead: measure it, then aim.
-  const target = (RATE_CONNECTIONS * 1000) / TARGET_RPS;
-  let delayMs = target;
-  for (let i = 0; i < 2; i++) {
-    const probe = await wrk(t.url, { token: t.token, seconds: 3, connections: RATE_CONNECTIONS, delayMs, scripts });
-    const overhead = Math.max(0, (RATE_CONNECTIONS * 1000) / probe.rps - delayMs);
-    delayMs = Math.max(1, Math.round(target - overhead));
-  }
-  return wrk(t.url, { token: t.token, seconds: SECONDS, connections: RATE_CONNECTIONS, delayMs, scripts });
-}
-
-interface Paired {
-  /** Each pair's endpoint rate / baseline rate, in the order run. */
-  ratios: number[];
-  ratio: number;
-  endpoint: Saturated;
-  baseline: Saturated;
-  baselineRuns: Saturated[];
-}
-
-/**
- * The saturating ratio of an endpoint to a baseline: PAIRS pairs of runs, baseline then endpoint
- * back to back, and the median of the pairs' ratios. A single pair moves with whatever else the
- * machine does in that minute; a pair's two runs share it.
- */
-async function paired(endpoint: Target, baseline: Target, scripts: { rate: string; sat: string }): Promise<Paired> {
-  const e: Saturated[] = [];
-  const b: Saturated[] = [];
-  for (let i = 0; i < PAIRS; i++) {
-    b.push(await saturate(baseline, scripts, PAIR_SECONDS));
-    e.push(await saturate(endpoint, scripts, PAIR_SECONDS));
-  }
-  const ratios = e.map((x, i) => x.rps / b[i]!.rps);
-  return { ratios, ratio: median(ratios), endpoint: medianRun(e), baseline: medianRun(b), baselineRuns: b };
-}
-
-/** The run of median rate, with the errors of all runs. */
-function medianRun(runs: Saturated[]): Saturated {
-  const m = [...runs].sort((x, y) => x.rps - y.rps)[Math.floor(runs.length / 2)]!;
-  return { ...m, errors: runs.reduce((n, r) => n + r.errors, 0) };
-}
-
-// ---------------------------------------------------------------- the bench
 
 const bench: Bench = async (log) => {
   const figures: Figure[] = [];
@@ -411,9 +67,7 @@ const bench: Bench = async (log) => {
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   try {
-    const scripts = { rate: path.join(tmp, 'rate.lua'), sat: path.join(tmp, 'sat.lua') };
-    writeFileSync(scripts.rate, RATE_LUA);
-    writeFileSync(scripts.sat, DONE_LUA);
+    const scripts = wrkScripts(tmp);
     const fastifyVersion = (JSON.parse(readFileSync(path.join(ROOT, 'node_modules/fastify/package.json'), 'utf8')) as { version: string }).version;
     if (NODE_ARGS.length) log(`backend node options: ${NODE_ARGS.join(' ')}`);
     log(`wrk ${(await run('wrk', ['--version'], { allowFail: true })).out.split('\n')[0]!.split(' ')[1]}, fastify ${fastifyVersion}, node ${process.versions.node}`);
@@ -466,32 +120,10 @@ const bench: Bench = async (log) => {
       }
     }
 
-    // 2. The bare Fastify handler, measured beside each level's installer figures, in two
-    // processes that each only ever serve one route (a process that serves both answers its first
-    // route more slowly once it has served the second): /health answers small JSON, the baseline
-    // of /api/health; /actions sends the bytes the installer sends for the audit page (read from
-    // the first backend below), the baseline of /api/deployment/actions.
+    // 2. The bare Fastify handler (bench/load/bare.ts), measured beside each level's installer
+    // figures: its /actions sends the bytes the installer sends for the audit page, read from the
+    // first backend below.
     const bareBody = path.join(tmp, 'bare-actions.json');
-    const bareCode = (port: number) => `
-      import Fastify from 'fastify';
-      import { readFileSync } from 'node:fs';
-      const actions = readFileSync(${JSON.stringify(bareBody)}, 'utf8');
-      const app = Fastify({ logger: false });
-      app.get('/health', async () => ({ status: 'ok', db: 'up' }));
-      app.get('/actions', async (_req, reply) => reply.type('application/json; charset=utf-8').send(actions));
-      await app.listen({ host: '127.0.0.1', port: ${port} });
-      console.log('listening');`;
-    const startBare = async (name: string) => {
-      const port = await freePort();
-      const p = startProc(name, NODE, ['--input-type=module', '-e', bareCode(port)], { logFile: path.join(tmp, `${name}.log`) });
-      for (let i = 0; ; i++) {
-        if (p.child.exitCode !== null) throw new Error(`the bare Fastify server exited:\n${p.tail()}`);
-        if (i > 500) throw new Error('the bare Fastify server did not listen within 5 s');
-        if (await http(`http://127.0.0.1:${port}/health`).then((r) => r.status === 200, () => false)) break;
-        await sleep(10);
-      }
-      return { proc: p, port };
-    };
     let bare: { small: Target; sameBody: Target; procs: Proc[] } | undefined;
 
     // 3. Load, one backend process per log level.
@@ -514,8 +146,8 @@ const bench: Bench = async (log) => {
         if (actions.status !== 200 || (JSON.parse(actions.body) as unknown[]).length !== 50) throw new Error(`actions answered ${actions.status}: ${actions.body.slice(0, 300)}`);
         if (!bare) {
           writeFileSync(bareBody, actions.body);
-          const small = await startBare('bare-small');
-          const same = await startBare('bare-same-body');
+          const small = await startBare('bare-small', bareBody, tmp);
+          const same = await startBare('bare-same-body', bareBody, tmp);
           bare = {
             small: { url: `http://127.0.0.1:${small.port}/health`, pid: small.proc.pid },
             sameBody: { url: `http://127.0.0.1:${same.port}/actions`, pid: same.proc.pid },
