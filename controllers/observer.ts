@@ -23,7 +23,7 @@ import {
 } from '../src/state/observed.ts';
 import { enqueueNotification } from '../src/state/notifications.ts';
 import type { Listen } from './runtime/shared-listen.ts';
-import { requeueAfter, type Reconciler, type ReconcileResult } from './runtime/reconcile.ts';
+import { done, requeueAfter, type Reconciler, type ReconcileResult } from './runtime/reconcile.ts';
 import { WorkQueue } from './runtime/work-queue.ts';
 
 export interface ObserverDeps {
@@ -45,6 +45,7 @@ export interface ObserverDeps {
   /** Follows engine events of the given compose projects; absent: intervals and requests only. */
   watch?: (projects: readonly string[], onEvent: (project: string) => void, onEnd: (err: Error | null) => void) => { stop(): void };
   fastMs?: number;
+  /** How often the channel is read unasked (OBSERVED_CHANNEL_MAX_AGE_SECONDS); 0: only when asked. */
   slowMs?: number;
   debounceMs?: number;
   pollMs?: number;
@@ -91,12 +92,16 @@ export class Observer implements Reconciler<ObservedKey> {
         recordError: async (key, condition) => log.warn({ key, reason: condition.message }, 'observation failed'),
         fail: async (key, detail) => log.error({ key, reason: detail }, 'observation failed again; it is tried at the next interval'),
       },
-      restAfterGivingUp: (key) => this.intervalOf(key),
+      // A key read only when asked is still looked at again after a fast key's rest.
+      restAfterGivingUp: (key) => this.intervalOf(key) ?? (this.deps.fastMs ?? 30_000),
     });
   }
 
-  private intervalOf(key: ObservedKey): number {
-    return key === 'channel' ? (this.deps.slowMs ?? 300_000) : (this.deps.fastMs ?? 30_000);
+  /** The interval of `key`'s unasked runs; null: it runs only when asked. */
+  private intervalOf(key: ObservedKey): number | null {
+    if (key !== 'channel') return this.deps.fastMs ?? 30_000;
+    const ms = this.deps.slowMs ?? 300_000;
+    return ms > 0 ? ms : null;
   }
 
   async start(): Promise<void> {
@@ -109,7 +114,8 @@ export class Observer implements Reconciler<ObservedKey> {
     for (const k of FAST_KEYS) queue.enqueue(k);
     // The channel (registry, compose files) is read on the first request or after its interval,
     // not at boot: a backend that nobody asks does not pull or create anything right away.
-    queue.enqueueAfter('channel', this.intervalOf('channel'));
+    const channelEvery = this.intervalOf('channel');
+    if (channelEvery !== null) queue.enqueueAfter('channel', channelEvery);
   }
 
   async stop(): Promise<void> {
@@ -140,7 +146,8 @@ export class Observer implements Reconciler<ObservedKey> {
 
   async reconcile(key: ObservedKey): Promise<ReconcileResult> {
     await this.observe(key);
-    return requeueAfter(this.intervalOf(key), 'the next observation');
+    const every = this.intervalOf(key);
+    return every === null ? done() : requeueAfter(every, 'the next observation');
   }
 
   /** Re-reads the world for `key` and writes its row (the channel's run writes the registry's too). */

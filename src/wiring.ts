@@ -243,6 +243,7 @@ function reconcilers(
       selfUpdate: selfUpdateEngine,
       repository: selfUpdateSettings.repository,
       channelOf: (tag) => resolveChannel(settings, tag),
+      slowMs: settings.OBSERVED_CHANNEL_MAX_AGE_SECONDS * 1000,
       watch: (projects, onEvent, onEnd) => watchProjectEvents(docker, projects, onEvent, onEnd),
     },
   });

@@ -6,14 +6,14 @@
 // (docs/adr/0041-trusted-sources-and-staging.md).
 import type Docker from 'dockerode';
 import { readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import type { RuntimePort, SelfUpdatePort } from '../contracts/ports.ts';
 import type { BackupResult, DatabaseBackup } from './database-backup.ts';
 import { ensureSafeDir, readSafeFile, UNSAFE_STAGING } from './staging-dir.ts';
 import { engineMessage, isNotFound, registryMessage, statusOf } from './engine-errors.ts';
-import { checkComposeText, checkPin, fetchComposeFile, firstFileOfTar, imageComposePath } from './compose-source.ts';
+import { checkComposeText, checkPin, fetchComposeFile, imageComposePath } from './compose-source.ts';
+import { KeptReader, readThroughContainer } from './container-files.ts';
 import { HelperContainers, stagedComposePath, type HelperExit, type HelperSettings, type HelperSpec } from './self-update-helper.ts';
 
 /** How long resolving a registry digest through the engine may take (docs/adr/0012-dependency-faults.md). */
@@ -55,6 +55,8 @@ export interface SelfUpdateEngine extends SelfUpdatePort {
    * `alarmed` ones (docs/adr/0032-backup-before-the-switch.md).
    */
   backupDatabase(fromDigest: string | null, keep: number, alarmed?: readonly string[]): Promise<BackupResult>;
+  /** Removes what the process keeps on the engine; called once nothing observes any more. */
+  close?(): Promise<void>;
   /** Pulls `<repository>@<digest>` and returns the local image id. */
   pullByDigest(repository: string, digest: string): Promise<string>;
   /** The local image id a reference names, or null when there is none. */
@@ -86,9 +88,11 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
     private readonly databaseBackup: DatabaseBackup | null = null,
   ) {
     this.helpers = new HelperContainers(docker);
+    this.workDirReader = new KeptReader(docker, s.workDir);
   }
 
   private readonly helpers: HelperContainers;
+  private readonly workDirReader: KeptReader;
 
   async backupDatabase(fromDigest: string | null, keep: number, alarmed: readonly string[] = []): Promise<BackupResult> {
     if (!this.databaseBackup) throw new Error('no database backup is set up for this installer');
@@ -173,33 +177,12 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
     if (!v.inContainer || !v.imageId) return readFile(file, 'utf8');
     // The work dir is not mounted into the backend: a created (never started) container of our own
     // image with the work dir mounted read-only lets the engine hand the file over as an archive.
-    return this.readThroughContainer(v.imageId, file, [`${this.s.workDir}:${this.s.workDir}:ro`]);
+    return this.workDirReader.read(v.imageId, file);
   }
 
-  /** One file through a created, never started container of `image` (with `binds`), removed afterwards. */
-  private async readThroughContainer(image: string, file: string, binds: string[]): Promise<string> {
-    let reader: Docker.Container;
-    try {
-      reader = await this.docker.createContainer({
-        name: `installer-compose-reader-${randomBytes(4).toString('hex')}`,
-        Image: image,
-        Cmd: ['true'],
-        NetworkDisabled: true,
-        Healthcheck: { Test: ['NONE'] },
-        Labels: { 'io.installer.role': 'compose-reader' },
-        HostConfig: { Binds: binds, AutoRemove: false },
-      });
-    } catch (err) {
-      throw new Error(`cannot read ${file}: ${engineMessage(err)}`);
-    }
-    try {
-      const stream = (await reader.getArchive({ path: file })) as unknown as Readable;
-      return (await firstFileOfTar(stream)).toString('utf8');
-    } catch (err) {
-      throw new Error(`cannot read ${file}: ${engineMessage(err)}`);
-    } finally {
-      await reader.remove({ force: true }).catch(() => {});
-    }
+  /** Removes what the process keeps on the engine (the work dir's reader). */
+  async close(): Promise<void> {
+    await this.workDirReader.close();
   }
 
   /** The channel's compose file as an image ships it, read once per image id. */
@@ -210,7 +193,7 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
     if (cached !== undefined) return cached;
     let text: string;
     try {
-      text = checkComposeText(await this.readThroughContainer(imageId, file, []), `the compose file ${file} of image ${imageId}`);
+      text = checkComposeText(await readThroughContainer(this.docker, imageId, file, []), `the compose file ${file} of image ${imageId}`);
     } catch (err) {
       throw new Error(`the image ${imageId} ships no compose file for channel ${channel}: ${(err as Error).message}`);
     }

@@ -6,14 +6,14 @@ import type { FreshnessNeed } from '../state/observed.ts';
 
 /** Longest wait for a refresh of the platform, the installer or the engine. */
 const FAST_WAIT_MS = 10_000;
-/** Longest wait for a refresh of the channel: above the registry's own timeout and a compose file read. */
-const CHANNEL_WAIT_MS = 30_000;
+/**
+ * Longest wait of the update check for its observation of the channel: above the registry's own
+ * timeout (10 s) and the two compose files' reads, which the observer runs beside it.
+ */
+export const CHANNEL_CHECK_WAIT_MS = 30_000;
 
-export function freshness(settings: Settings): { fast: FreshnessNeed; channel: FreshnessNeed } {
-  return {
-    fast: { maxAgeMs: settings.OBSERVED_MAX_AGE_SECONDS * 1000, waitMs: FAST_WAIT_MS },
-    channel: { maxAgeMs: settings.OBSERVED_CHANNEL_MAX_AGE_SECONDS * 1000, waitMs: CHANNEL_WAIT_MS },
-  };
+export function freshness(settings: Settings): { fast: FreshnessNeed } {
+  return { fast: { maxAgeMs: settings.OBSERVED_MAX_AGE_SECONDS * 1000, waitMs: FAST_WAIT_MS } };
 }
 
 /** The age fields an answer built from observed state carries. */

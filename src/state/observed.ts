@@ -168,16 +168,36 @@ function isStale(row: ObservedRow | null, need: FreshnessNeed): boolean {
 export async function readFresh<K extends ObservedKey>(db: Kysely<DB>, key: K, need: FreshnessNeed): Promise<ObservedRow<K> | null> {
   const row = await readObserved(db, key);
   if (!isStale(row, need)) return row;
-  const wanted = await requestRefresh(db, key);
   const neverObserved = !row || row.observedAt === null;
-  const deadline = Date.now() + need.waitMs;
+  // Nothing was known: the first observation serves, if it is not older than what the reader needs.
+  const firstServes = (now: ObservedRow<K>) => neverObserved && now.observedAt !== null && !(need.notBefore && now.observedAt.getTime() < need.notBefore.getTime());
+  return (await refreshAndWait(db, key, need.waitMs, firstServes)).row;
+}
+
+/**
+ * A new observation of `key`: asks the observer to read the world again and waits, up to `waitMs`,
+ * for an observation that began after the request. Callers asking together share one: the
+ * observer serves every generation requested before its observation began. `fresh` is false when
+ * the wait ran out; `row` is then what was there (older than the request, or null).
+ */
+export async function observeNow<K extends ObservedKey>(db: Kysely<DB>, key: K, waitMs: number): Promise<{ row: ObservedRow<K> | null; fresh: boolean }> {
+  return refreshAndWait(db, key, waitMs, () => false);
+}
+
+async function refreshAndWait<K extends ObservedKey>(
+  db: Kysely<DB>,
+  key: K,
+  waitMs: number,
+  servesAnyway: (row: ObservedRow<K>) => boolean,
+): Promise<{ row: ObservedRow<K> | null; fresh: boolean }> {
+  const wanted = await requestRefresh(db, key);
+  const deadline = Date.now() + waitMs;
   let delay = 10;
   for (;;) {
     const now = await readObserved(db, key);
-    if (now && now.observedGeneration >= wanted) return now;
-    // Nothing was known: the first observation serves, if it is not older than what the reader needs.
-    if (neverObserved && now?.observedAt && !(need.notBefore && now.observedAt.getTime() < need.notBefore.getTime())) return now;
-    if (Date.now() >= deadline) return now;
+    if (now && now.observedGeneration >= wanted) return { row: now, fresh: true };
+    if (now && servesAnyway(now)) return { row: now, fresh: false };
+    if (Date.now() >= deadline) return { row: now, fresh: false };
     await sleep(Math.min(delay, Math.max(1, deadline - Date.now())));
     delay = Math.min(delay * 2, 100);
   }

@@ -1,8 +1,8 @@
 // The observer against the real engine (docs/adr/0023-observed-state.md): it records a change of
 // the platform's containers from the engine's event stream, long before its interval would, and
-// only a change: an exec in a container (each healthcheck) is not one. The
-// self-update check answers from its row: N calls create no compose-reader container, where the
-// observation behind them created one.
+// only a change: an exec in a container (each healthcheck) is not one. Every self-update check
+// observes the channel anew (docs/adr/0049-live-update-check.md): N calls read the local compose
+// file N times through one kept reader container, which the backend removes when it stops.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,19 +12,29 @@ import { docker, startPlatform, type PlatformProject } from '../helpers/e2e/rig.
 import { ROOT } from '../helpers/shared/process.ts';
 import { readObserved } from '../../src/state/observed.ts';
 import type { RuntimePort } from '../../src/contracts/ports.ts';
+import { KEPT_READER_ROLE, READER_ROLE } from '../../src/adapters/container-files.ts';
 
 const CALLS = 20;
 const headers = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy' };
 let p: PlatformProject;
-let t: TestApp;
+let t: TestApp | undefined;
+let workDir = '';
 /** The image the installer here "runs" as, and so the image of its compose readers. */
 let imageId = '';
 
-/** compose-reader containers of this test's image the engine created between two instants (epoch seconds). */
-async function readersCreated(since: string, until: string): Promise<number> {
+/** Readers (`role`) of this test's image the engine created between two instants (epoch seconds). */
+async function readersCreated(since: string, until: string, role: string): Promise<number> {
   // Other files' installers (the stack's) read their compose files with readers of their own image.
-  const out = await docker(['events', '--since', since, '--until', until, '--filter', 'type=container', '--filter', 'event=create', '--filter', 'label=io.installer.role=compose-reader', '--filter', `image=${imageId}`, '--format', '{{.ID}}']);
+  const out = await docker(['events', '--since', since, '--until', until, '--filter', 'type=container', '--filter', 'event=create', '--filter', `label=io.installer.role=${role}`, '--filter', `image=${imageId}`, '--format', '{{.ID}}']);
   return out.split('\n').filter(Boolean).length;
+}
+
+/** The kept readers of this test's work dir that exist now. */
+async function keptReaders(): Promise<string[]> {
+  const ids = (await docker(['ps', '-a', '-q', '--filter', `label=io.installer.role=${KEPT_READER_ROLE}`])).split('\n').filter(Boolean);
+  if (!ids.length) return [];
+  const seen = JSON.parse(await docker(['inspect', ...ids])) as { Id: string; HostConfig: { Binds: string[] | null } }[];
+  return seen.filter((c) => (c.HostConfig.Binds ?? []).some((b) => b.startsWith(`${workDir}:`))).map((c) => c.Id);
 }
 const epoch = () => (Date.now() / 1000).toFixed(3);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -35,7 +45,7 @@ beforeAll(async () => {
   // is read as in production: through a created container of that image with the work dir mounted.
   const [first] = await p.containers();
   imageId = (JSON.parse(await docker(['inspect', first!.id]))[0] as { Image: string }).Image;
-  const workDir = mkdtempSync(path.join(tmpdir(), 'observer-work-'));
+  workDir = mkdtempSync(path.join(tmpdir(), 'observer-work-'));
   writeFileSync(path.join(workDir, 'docker-compose.dev.yml'), readFileSync(path.join(ROOT, 'deploy/docker-compose.dev.yml'), 'utf8'));
   const runtime: RuntimePort = {
     version: async () => ({ inContainer: true, image: '127.0.0.1:5999/installer:dev-1', tag: 'dev-1', digest: 'sha256:running', imageId, containerId: null }),
@@ -62,7 +72,7 @@ afterAll(async () => {
 
 describe('the observer on the real engine', () => {
   it('records the platform containers, and a change of them from the engine events within seconds', async () => {
-    const db = t.db.database.db;
+    const db = t!.db.database.db;
     await expect.poll(async () => (await readObserved(db, 'platform'))?.data?.containers.length ?? 0, { timeout: 20_000 }).toBe((await p.containers()).length);
     const row = (await readObserved(db, 'platform'))!;
     expect(row.conditions.find((c) => c.type === 'EngineReachable')).toMatchObject({ status: 'True' });
@@ -75,14 +85,14 @@ describe('the observer on the real engine', () => {
       .poll(async () => (await readObserved(db, 'platform'))?.data?.containers.find((c) => c.name === target.name)?.state, { timeout: 10_000, interval: 100 })
       .toBe('exited');
     console.log(`observer: container stop seen in the platform row after ${Date.now() - started} ms`);
-    const status = await t.app.inject({ method: 'GET', url: '/api/deployment/status', headers });
+    const status = await t!.app.inject({ method: 'GET', url: '/api/deployment/status', headers });
     expect(status.statusCode).toBe(200);
     expect(status.json().containers.find((c: { name: string }) => c.name === target.name).state).toBe('exited');
     await docker(['start', target.id]);
   });
 
   it('reads again for a state change, not for an exec in a container (every healthcheck is one)', async () => {
-    const db = t.db.database.db;
+    const db = t!.db.database.db;
     const observedAt = async (key: 'platform' | 'platformEnv') => (await readObserved(db, key))?.observedAt?.getTime() ?? null;
     await expect.poll(() => observedAt('platformEnv'), { timeout: 20_000 }).not.toBeNull();
     const target = (await p.containers()).find((c) => c.state === 'running')!;
@@ -104,27 +114,29 @@ describe('the observer on the real engine', () => {
     await expect.poll(() => observedAt('platform'), { timeout: 10_000, interval: 100 }).toBeGreaterThan(before.platform!);
   });
 
-  it(`self-update-check: ${CALLS} calls create no compose-reader container`, async () => {
+  it(`self-update-check: each of ${CALLS} calls observes the channel anew, through one kept reader of the work dir, removed at stop`, async () => {
     const check = async () => {
-      const res = await t.app.inject({ method: 'GET', url: '/api/system/self-update-check', headers });
+      const res = await t!.app.inject({ method: 'GET', url: '/api/system/self-update-check', headers });
       expect(res.statusCode, res.body).toBe(200);
       return res.json() as { composeChanged: boolean | null; error?: string; observedAt: string | null; ageMs: number | null };
     };
-    // The first call finds no observation of the channel and waits for one: that one reads the file.
     const before = epoch();
-    const first = await check();
-    await sleep(1_000);
-    const afterFirst = epoch();
-    expect(first.observedAt).not.toBeNull();
-    expect(first.error ?? '').not.toContain('local compose file unreadable');
-    expect(await readersCreated(before, afterFirst)).toBe(1);
-
+    let last = 0;
     for (let i = 0; i < CALLS; i++) {
       const c = await check();
-      expect(c.observedAt).toBe(first.observedAt);
-      expect(c.ageMs).toBeGreaterThanOrEqual(0);
+      // A new observation each time (docs/adr/0049-live-update-check.md), the local file read in each.
+      expect(Date.parse(c.observedAt!)).toBeGreaterThan(last);
+      last = Date.parse(c.observedAt!);
+      expect(c.error ?? '').not.toContain('local compose file unreadable');
     }
     await sleep(1_000);
-    expect(await readersCreated(afterFirst, epoch())).toBe(0);
+    const after = epoch();
+    // One reader for every read of the work dir; no one-off reader for it.
+    expect(await readersCreated(before, after, KEPT_READER_ROLE)).toBe(1);
+    expect(await readersCreated(before, after, READER_ROLE)).toBe(0);
+    expect(await keptReaders()).toHaveLength(1);
+    await t!.close();
+    t = undefined;
+    expect(await keptReaders()).toEqual([]);
   });
 });

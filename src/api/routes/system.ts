@@ -4,8 +4,8 @@
 // how preflight ended (docs/adr/0010-self-update.md).
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { ageFields, freshness } from '../observed-reads.ts';
-import { ageOf, readFresh } from '../../state/observed.ts';
+import { ageFields, CHANNEL_CHECK_WAIT_MS } from '../observed-reads.ts';
+import { ageOf, observeNow, readObserved } from '../../state/observed.ts';
 import { failedTargetWarning, getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, withdrawUnclaimed, type SelfUpdateView } from '../../state/self-update.ts';
 import { AppError, badRequest, conflict, unavailable } from '../../errors.ts';
 import { INSTANCE_HEADER } from '../../contracts/instance.ts';
@@ -56,24 +56,28 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async () => {
-      // The channel as the observer last saw it: no engine, registry or compose file is touched
-      // here (docs/adr/0023-observed-state.md).
-      const bounds = freshness(settings);
-      const [installer, last] = await Promise.all([readFresh(db, 'installer', bounds.fast), lastUpdate(db)]);
-      // A row observed before the last update ended (or began, while it runs) is stale too: an
-      // update, completed or rolled back, changes what the check compares.
-      let row = await readFresh(db, 'channel', { ...bounds.channel, notBefore: last.at ? new Date(last.at) : null });
-      // Observed by a process on another build (before a self-update): the running build and the
-      // compose file it was installed with are not what the row compared; read the channel again.
-      if (row?.data && installer?.data && row.data.currentDigest !== installer.data.digest) {
-        row = await readFresh(db, 'channel', { ...bounds.channel, force: true });
+      // A new observation of the channel for every check, shared with the checks arriving with it:
+      // the API touches no registry, engine or compose file itself (docs/adr/0023-observed-state.md),
+      // and what it answers is never older than the question (docs/adr/0049-live-update-check.md).
+      const [{ row, fresh }, last] = await Promise.all([observeNow(db, 'channel', CHANNEL_CHECK_WAIT_MS), lastUpdate(db)]);
+      if (!fresh) {
+        // Nothing answered in time: what an older observation said is not served as the answer.
+        const installer = await readObserved(db, 'installer');
+        return {
+          updateAvailable: false,
+          currentDigest: installer?.data?.digest ?? null,
+          remoteDigest: null,
+          composeChanged: null,
+          error: `the channel could not be observed within ${CHANNEL_CHECK_WAIT_MS / 1000} s: no observer answered (is the installer's controller running?)`,
+          lastUpdate: last,
+          ...ageOf(row),
+        };
       }
-      const observed = row?.data ?? { currentDigest: null, remoteDigest: null, composeChanged: null, errors: ['the channel has not been observed yet: no observer answered in time'] };
-      const { currentDigest, remoteDigest, composeChanged, errors } = observed;
+      const { currentDigest, remoteDigest, composeChanged, errors } = row!.data!;
       const warning = failedTargetWarning(last, remoteDigest);
       return {
         // The observer decided it when it wrote the row (its UpdateAvailable condition).
-        updateAvailable: row?.conditions.find((c) => c.type === 'UpdateAvailable')?.status === 'True',
+        updateAvailable: row!.conditions.find((c) => c.type === 'UpdateAvailable')?.status === 'True',
         currentDigest,
         remoteDigest,
         composeChanged,

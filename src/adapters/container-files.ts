@@ -1,0 +1,118 @@
+// Files the backend cannot open itself, handed over by the engine as a tar archive from a created,
+// never started container: the compose files images ship (one container per read, removed after),
+// and the installer's own compose file in the work dir, which is not mounted into the backend. The
+// update check reads that one at every call (docs/adr/0049-live-update-check.md), so its reader is
+// kept: created at the first read, reused by every read after (a bind mount shows the file as it
+// is now), removed when the process stops.
+import type Docker from 'dockerode';
+import { createHash, randomBytes } from 'node:crypto';
+import type { Readable } from 'node:stream';
+import { firstFileOfTar } from './compose-source.ts';
+import { engineMessage, statusOf } from './engine-errors.ts';
+
+/** The label every reader carries, `io.installer.role`: a one-off reader of an image's file. */
+export const READER_ROLE = 'compose-reader';
+/** The label value of the kept reader of the work dir. */
+export const KEPT_READER_ROLE = 'work-dir-reader';
+
+const readerSpec = (name: string, image: string, role: string, binds: string[]): Docker.ContainerCreateOptions => ({
+  name,
+  Image: image,
+  Cmd: ['true'],
+  NetworkDisabled: true,
+  Healthcheck: { Test: ['NONE'] },
+  Labels: { 'io.installer.role': role },
+  HostConfig: { Binds: binds, AutoRemove: false },
+});
+
+async function readArchive(reader: Docker.Container, file: string): Promise<string> {
+  const stream = (await reader.getArchive({ path: file })) as unknown as Readable;
+  return (await firstFileOfTar(stream)).toString('utf8');
+}
+
+/** One file through a created, never started container of `image` (with `binds`), removed afterwards. */
+export async function readThroughContainer(docker: Docker, image: string, file: string, binds: string[]): Promise<string> {
+  let reader: Docker.Container;
+  try {
+    reader = await docker.createContainer(readerSpec(`installer-compose-reader-${randomBytes(4).toString('hex')}`, image, READER_ROLE, binds));
+  } catch (err) {
+    throw new Error(`cannot read ${file}: ${engineMessage(err)}`);
+  }
+  try {
+    return await readArchive(reader, file);
+  } catch (err) {
+    throw new Error(`cannot read ${file}: ${engineMessage(err)}`);
+  } finally {
+    await reader.remove({ force: true }).catch(() => {});
+  }
+}
+
+/**
+ * The kept reader of one directory of the host, for one image. Its name is fixed by the directory
+ * and the image, so a process that did not stop cleanly leaves one that the next process of the
+ * same build finds and uses; a process of another build names another, and removes its own when it
+ * stops (a reader holds its image, which the image prune would otherwise remove).
+ */
+export class KeptReader {
+  private reader: Docker.Container | null = null;
+  private creating: Promise<Docker.Container> | null = null;
+
+  constructor(
+    private readonly docker: Docker,
+    private readonly dir: string,
+  ) {}
+
+  private nameFor(image: string): string {
+    const id = createHash('sha256').update(`${this.dir}\n${image}`).digest('hex').slice(0, 16);
+    return `installer-work-dir-reader-${id}`;
+  }
+
+  /** `file` (under the directory) as it is now, read through the reader of `image`. */
+  async read(image: string, file: string): Promise<string> {
+    try {
+      return await readArchive(await this.readerOf(image), file);
+    } catch (err) {
+      // Removed behind our back (a `docker container prune` removes created containers): once more.
+      if (statusOf(err) === 404 && /no such container/i.test(engineMessage(err))) {
+        this.reader = null;
+        try {
+          return await readArchive(await this.readerOf(image), file);
+        } catch (again) {
+          throw new Error(`cannot read ${file}: ${engineMessage(again)}`);
+        }
+      }
+      throw new Error(`cannot read ${file}: ${engineMessage(err)}`);
+    }
+  }
+
+  private async readerOf(image: string): Promise<Docker.Container> {
+    if (this.reader) return this.reader;
+    this.creating ??= this.create(image).finally(() => {
+      this.creating = null;
+    });
+    return (this.reader = await this.creating);
+  }
+
+  private async create(image: string): Promise<Docker.Container> {
+    const name = this.nameFor(image);
+    const binds = [`${this.dir}:${this.dir}:ro`];
+    try {
+      return await this.docker.createContainer(readerSpec(name, image, KEPT_READER_ROLE, binds));
+    } catch (err) {
+      if (statusOf(err) !== 409) throw err;
+    }
+    // The name is taken: a reader left by a process of this build, with this directory bound.
+    const existing = this.docker.getContainer(name);
+    const seen = await existing.inspect();
+    if (seen.Image === image && (seen.HostConfig.Binds ?? []).join('\n') === binds.join('\n')) return existing;
+    await existing.remove({ force: true });
+    return this.docker.createContainer(readerSpec(name, image, KEPT_READER_ROLE, binds));
+  }
+
+  /** Removes the reader, if this process made or found one. */
+  async close(): Promise<void> {
+    const reader = this.reader ?? (await this.creating?.catch(() => null)) ?? null;
+    this.reader = null;
+    await reader?.remove({ force: true }).catch(() => {});
+  }
+}
