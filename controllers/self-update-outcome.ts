@@ -18,8 +18,8 @@ import { settleDowntime } from '../src/state/update-history.ts';
 import { type SelfUpdateEngine } from '../src/adapters/self-update.ts';
 import { HELPER_NAME } from '../src/adapters/self-update-helper.ts';
 import {
-  BOOT_RECONCILE_CHART_VERSION, bootReconcileMachine, CHANGED_SCHEMA, helperReason, phaseOfOutcome, restoreCommand,
-  type HelperOutcome, type PendingUpdate, type ReconcileOutcome, type RecordInput, type RepointInput, type RunningNow, type UndecidedInput,
+  BOOT_RECONCILE_CHART_VERSION, bootReconcileMachine, CHANGED_SCHEMA, helperReason, restoreCommand,
+  type HelperOutcome, type PendingUpdate, type RepointInput, type RepointResult, type RunningNow, type Verdict,
 } from '../machines/boot-reconcile.machine.ts';
 import { OrderedWrites, runChart } from './runtime/run-chart.ts';
 import { done, type ReconcileResult, type Reconciler } from './runtime/reconcile.ts';
@@ -55,20 +55,6 @@ export function transcriptTail(output: HelperOutput, helper: { status: HelperOut
   events.push({ type: 'phase', payload: { phase: 'helper-status', status: helper?.status ?? 'unknown', exitCode: helper?.exitCode ?? null } });
   return events;
 }
-
-/**
- * The notification an outcome sends: a build that stuck completed; one rolled back rolled back,
- * unless the helper itself reported that the rollback failed too; a restart on neither build failed.
- */
-export function notificationOf(outcome: ReconcileOutcome, helperStatus: HelperOutcome['status']): 'self-update.completed' | 'self-update.rolled-back' | 'self-update.failed' {
-  if (outcome === 'completed') return 'self-update.completed';
-  if (outcome === 'neither' || helperStatus === 'failed') return 'self-update.failed';
-  return 'self-update.rolled-back';
-}
-
-/** An outcome read again after a restore says so. */
-export const restoredNote = (p: PendingUpdate, detail: string): string =>
-  p.restored ? `${detail}; recorded again from ${HELPER_NAME} after the database was restored from the backup taken in this update's preflight` : detail;
 
 export class SelfUpdateOutcomeReconciler implements Reconciler<null> {
   readonly name = 'self-update-outcome';
@@ -122,6 +108,65 @@ export class SelfUpdateOutcomeReconciler implements Reconciler<null> {
     }
   }
 
+  /**
+   * Carries out the chart's order for the local channel tag: moved to the running image, only while
+   * it names the failed build or nothing (read just before the move).
+   */
+  private async repoint({ requestId, order }: RepointInput): Promise<RepointResult> {
+    if (order.action === 'keep') return 'unchanged';
+    const ref = `${this.repository}:${order.tag}`;
+    const current = await this.d.engine.imageIdOf(ref);
+    if (current === order.imageId) return 'unchanged';
+    if (current !== null && order.onlyFrom !== null && current !== order.onlyFrom) return 'unchanged';
+    await this.d.engine.tag(order.imageId, this.repository, order.tag);
+    this.d.logger.info({ requestId, reference: ref, imageId: order.imageId, replaced: current }, `${ref} points at the running image again, not at the build that did not stick`);
+    return 'moved';
+  }
+
+  /**
+   * Writes the chart's verdict in one transaction: the status row, the end of the transcript (a
+   * restart writes both or neither), the settled downtime, the audit row, the notifications
+   * (docs/notifications.md) and the quarantine the verdict asks for (docs/update-policy.md).
+   */
+  private async record(v: Verdict): Promise<void> {
+    const { db, logger } = this.d;
+    const { pending: p, detail, phase } = v;
+    const exitCode = v.helper?.exitCode ?? null;
+    const { jobId, output } = await this.transcriptOf(p);
+    const changed = await db.transaction().execute(async (tx) => {
+      if (!(await updateSelfUpdate(tx, p.requestId, { phase, detail, helperExitCode: exitCode, finished: true }, ['helper-running']))) return false;
+      await finishTranscript(tx, jobId, { state: phase, detail, exitCode }, transcriptTail(output, v.helper), this.d.scrub);
+      await settleDowntime(tx, p.requestId); // docs/adr/0031-update-history.md
+      if (p.actionId) await recordFinished(tx, p.actionId, { status: v.audit, exitCode, detail });
+      const base = { requestId: p.requestId, outcome: phase, targetDigest: p.targetDigest };
+      const data = v.phase === 'undecided'
+        ? { ...base, detail, helperExitCode: exitCode }
+        : { ...base, runningDigest: v.now.digest, detail, helperStatus: v.helper.status, helperExitCode: exitCode };
+      await enqueueNotification(tx, { type: v.notification, eventId: `${v.notification}:${p.requestId}`, data });
+      if (v.phase !== 'undecided' && v.schemaAlarm) {
+        await enqueueNotification(tx, {
+          type: 'self-update.schema-alarm', eventId: `self-update.schema-alarm:${p.requestId}`,
+          data: {
+            ...data, alarm: CHANGED_SCHEMA, preUpdateMigration: p.preUpdateMigration, schemaMigration: v.now.migration,
+            backup: p.backup ?? null, restoreCommand: p.backup ? restoreCommand(p.backup) : null,
+          },
+        });
+      }
+      if (v.quarantine) await quarantineDigest(tx, { digest: p.targetDigest, outcome: phase, detail, requestId: p.requestId });
+      return true;
+    });
+    auditTrailChanged();
+    if (v.helper?.state === 'timed-out') await this.removeGivenUp(p.requestId);
+    if (!changed) return; // another process reconciled it meanwhile
+    if (v.phase === 'undecided') {
+      logger.error({ requestId: p.requestId, targetDigest: p.targetDigest }, `self-update closed as undecided: ${detail}`);
+      return;
+    }
+    const fields = { requestId: p.requestId, outcome: v.outcome, targetDigest: p.targetDigest, runningDigest: v.now.digest, helperExitCode: exitCode, helperStatus: v.helper.status };
+    if (v.outcome === 'completed') logger.info(fields, `self-update completed: ${detail}`);
+    else logger.warn(fields, `self-update did not stick (${phase}): ${detail}`);
+  }
+
   private async run(): Promise<void> {
     const { db, engine, runtime, logger } = this.d;
     const actors = {
@@ -132,7 +177,7 @@ export class SelfUpdateOutcomeReconciler implements Reconciler<null> {
           requestId: p.requestId, actionId: p.actionId, targetTag: p.targetTag ?? '', targetDigest: p.targetDigest ?? '', targetImageId: p.targetImageId,
           previousReference: p.previousReference, previousDigest: p.previousDigest, previousImageId: p.previousImageId,
           preUpdateMigration: p.preUpdateMigration, backup: p.backupFile, helperId: p.helperContainerId, helperDeadline: p.helperDeadline?.toISOString() ?? null,
-          ...(p.restoredAt ? { restored: true } : {}),
+          readAt: new Date().toISOString(), ...(p.restoredAt ? { restored: true } : {}),
         };
       }),
       waitForHelper: fromPromise<HelperOutcome, { pending: PendingUpdate }>(async ({ input }) => {
@@ -151,81 +196,9 @@ export class SelfUpdateOutcomeReconciler implements Reconciler<null> {
         const v = await runtime.version();
         return { reference: v.image, digest: v.digest, imageId: v.imageId, migration: await currentMigration(db) };
       }),
-      repointChannelTag: fromPromise<string | null, RepointInput>(async ({ input }) => {
-        const { pending: p, now } = input;
-        const ref = `${this.repository}:${p.targetTag}`;
-        // The helper switched and someone started another build since: the target did not fail.
-        if (input.outcome === 'neither' && input.helper.status === 'ok') return null;
-        if (!now.imageId) return `the local tag ${p.targetTag} was left alone: the id of the running image is unknown`;
-        const current = await engine.imageIdOf(ref);
-        if (current === now.imageId) return null;
-        // Only the failed build is taken away: a channel tag moved since (a newer pull) is left.
-        if (current !== null && p.targetImageId !== null && current !== p.targetImageId) return null;
-        await engine.tag(now.imageId, this.repository, p.targetTag);
-        logger.info({ requestId: p.requestId, reference: ref, imageId: now.imageId, replaced: current }, `${ref} points at the running image again, not at the build that did not stick`);
-        return `the local tag ${p.targetTag} points at it again`;
-      }),
-      recordUndecided: fromPromise<void, UndecidedInput>(async ({ input }) => {
-        const { pending: p, helper } = input;
-        const detail = restoredNote(p, input.detail);
-        const exitCode = helper?.exitCode ?? null;
-        const { jobId, output } = await this.transcriptOf(p);
-        const changed = await db.transaction().execute(async (tx) => {
-          if (!(await updateSelfUpdate(tx, p.requestId, { phase: 'undecided', detail, helperExitCode: exitCode, finished: true }, ['helper-running']))) return false;
-          // The transcript ends with the outcome, in its transaction: a restart writes both or neither.
-          await finishTranscript(tx, jobId, { state: 'undecided', detail, exitCode }, transcriptTail(output, helper ?? null), this.d.scrub);
-          await settleDowntime(tx, p.requestId); // docs/adr/0031-update-history.md
-          if (p.actionId) await recordFinished(tx, p.actionId, { status: 'failed', exitCode, detail });
-          await enqueueNotification(tx, {
-            type: 'self-update.failed', eventId: `self-update.failed:${p.requestId}`,
-            data: { requestId: p.requestId, outcome: 'undecided', targetDigest: p.targetDigest, detail, helperExitCode: exitCode },
-          });
-          // Not known to have stuck: no policy starts this build again (docs/update-policy.md).
-          if (p.targetDigest) await quarantineDigest(tx, { digest: p.targetDigest, outcome: 'undecided', detail, requestId: p.requestId });
-          return true;
-        });
-        auditTrailChanged();
-        if (helper?.state === 'timed-out') await this.removeGivenUp(p.requestId);
-        if (changed) logger.error({ requestId: p.requestId, targetDigest: p.targetDigest }, `self-update closed as undecided: ${detail}`);
-      }),
-      recordOutcome: fromPromise<void, RecordInput>(async ({ input }) => {
-        const { pending: p, outcome, helper } = input;
-        const detail = restoredNote(p, input.detail);
-        const phase = phaseOfOutcome(outcome);
-        const { jobId, output } = await this.transcriptOf(p);
-        const changed = await db.transaction().execute(async (tx) => {
-          if (!(await updateSelfUpdate(tx, p.requestId, { phase, detail, helperExitCode: helper.exitCode, finished: true }, ['helper-running']))) return false;
-          // The transcript ends with the outcome, in its transaction: a restart writes both or neither.
-          await finishTranscript(tx, jobId, { state: phase, detail, exitCode: helper.exitCode }, transcriptTail(output, helper), this.d.scrub);
-          await settleDowntime(tx, p.requestId); // docs/adr/0031-update-history.md
-          if (p.actionId) await recordFinished(tx, p.actionId, { status: outcome === 'completed' ? 'completed' : 'failed', exitCode: helper.exitCode, detail });
-          // Notifications go with the outcome, in its transaction (docs/notifications.md).
-          const data = { requestId: p.requestId, outcome: phase, targetDigest: p.targetDigest, runningDigest: input.now.digest, detail, helperStatus: helper.status, helperExitCode: helper.exitCode };
-          const type = notificationOf(outcome, helper.status);
-          await enqueueNotification(tx, { type, eventId: `${type}:${p.requestId}`, data });
-          if (outcome === 'rolled-back-onto-changed-schema') {
-            await enqueueNotification(tx, {
-              type: 'self-update.schema-alarm', eventId: `self-update.schema-alarm:${p.requestId}`,
-              data: {
-                ...data, alarm: CHANGED_SCHEMA, preUpdateMigration: p.preUpdateMigration, schemaMigration: input.now.migration,
-                backup: p.backup ?? null, restoreCommand: p.backup ? restoreCommand(p.backup) : null,
-              },
-            });
-          }
-          // A build that rolled back or failed is never started by a policy again; `neither` after a
-          // switch that worked means someone started another build since: the target did not fail.
-          if (p.targetDigest && phase !== 'completed' && !(phase === 'neither' && helper.status === 'ok')) {
-            await quarantineDigest(tx, { digest: p.targetDigest, outcome: phase, detail, requestId: p.requestId });
-          }
-          return true;
-        });
-        auditTrailChanged();
-        if (helper.state === 'timed-out') await this.removeGivenUp(p.requestId);
-        if (!changed) return; // another process reconciled it meanwhile
-        const fields = { requestId: p.requestId, outcome, targetDigest: p.targetDigest, runningDigest: input.now.digest, helperExitCode: helper.exitCode, helperStatus: helper.status };
-        if (outcome === 'completed') logger.info(fields, `self-update completed: ${detail}`);
-        else logger.warn(fields, `self-update did not stick (${phase}): ${detail}`);
-      }),
+      repointChannelTag: fromPromise<RepointResult, RepointInput>(({ input }) => this.repoint(input)),
+      recordOutcome: fromPromise<void, Verdict>(({ input }) => this.record(input)),
+      recordUndecided: fromPromise<void, Verdict>(({ input }) => this.record(input)),
     };
     const machine = bootReconcileMachine.provide({
       actors,
@@ -247,9 +220,9 @@ export class SelfUpdateOutcomeReconciler implements Reconciler<null> {
       machine,
       input: { ...(this.d.retryMs !== undefined ? { retryMs: this.d.retryMs } : {}) },
       writes,
-      persist: (snapshot) => {
+      persist: (snapshot, state) => {
         // The run names the update it reconciles once it has found one.
-        const found = (snapshot as { context?: { pending?: { requestId?: string } | null } }).context?.pending?.requestId ?? null;
+        const found = state.context.pending?.requestId ?? null;
         const patch = { snapshot, ...(found !== requestId ? { requestId: found } : {}) };
         requestId = found;
         return updateReconcileRun(db, runId, patch);
@@ -265,8 +238,8 @@ export class SelfUpdateOutcomeReconciler implements Reconciler<null> {
       return;
     }
     await updateReconcileRun(db, runId, { snapshot: result.persisted, finished: true });
-    const snap = result.snapshot;
     // The chart gave up: the runtime retries with its backoff, and the next wake after that.
-    if (snap.value === 'failed') throw new Error(`gave up reconciling the last self-update and could not close it: ${snap.context.lastError ?? 'the database did not answer'}`);
+    const end = result.snapshot.output;
+    if (end?.end === 'failed') throw new Error(`gave up reconciling the last self-update and could not close it: ${end.error}`);
   }
 }

@@ -6,10 +6,15 @@
 // the hung guard, which counts as a failed attempt; the helper's wait runs to the helper's deadline
 // (a timestamp on the request) first, so its guard fires the guard's minutes after that deadline:
 // an engine that accepts a request and never answers cannot hold the installer.
-import { assign, fromPromise, setup, type AnyEventObject } from 'xstate';
+// The chart decides everything the outcome entails: what becomes of the local channel tag, the
+// notification, the schema alarm, the quarantine of the target build. Its final states output that
+// verdict, and the reconciler writes it as it stands (controllers/self-update-outcome.ts). Time
+// enters as data: the instant the update was read comes with it, and the helper's deadline is
+// measured from there.
+import { assign, fromPromise, setup } from 'xstate';
 import { hungMessage } from './job.machine.ts';
 
-export const BOOT_RECONCILE_CHART_VERSION = '2';
+export const BOOT_RECONCILE_CHART_VERSION = '3';
 
 /** The self-update action whose helper was spawned and whose outcome is not recorded yet. */
 export interface PendingUpdate {
@@ -29,6 +34,8 @@ export interface PendingUpdate {
   restored?: boolean;
   /** ISO time after which the helper is no longer waited for. */
   helperDeadline: string | null;
+  /** ISO time the update was read: the helper's deadline is measured from it. */
+  readAt: string;
 }
 
 /** What the helper container told, read from the engine after it exited. */
@@ -102,27 +109,60 @@ export interface ReconcileContext {
   failedStep: ReconcileStep | null;
 }
 
-export interface RecordInput {
-  pending: PendingUpdate;
-  outcome: ReconcileOutcome;
-  detail: string;
-  helper: HelperOutcome;
-  now: RunningNow;
-}
+/**
+ * What the repoint step is asked to do with the local channel tag: `keep` it (with why, when the
+ * update did not stick and the tag still stays), or `move` it to the image that runs, only while it
+ * names the failed build (or nothing): a tag moved since, by a newer pull, is left alone.
+ */
+export type RepointOrder =
+  | { action: 'keep'; tag: string; why: string | null }
+  | { action: 'move'; tag: string; imageId: string; onlyFrom: string | null };
 
 export interface RepointInput {
+  requestId: string;
+  order: RepointOrder;
+}
+
+/** What the repoint step did: `unchanged` when the tag already named the image, or was moved since. */
+export type RepointResult = 'moved' | 'unchanged';
+
+export type SelfUpdateNotification = 'self-update.completed' | 'self-update.rolled-back' | 'self-update.failed';
+
+interface VerdictBase {
   pending: PendingUpdate;
+  /** The status and audit detail, the same words in both. */
+  detail: string;
+  /** The audit row's end. */
+  audit: 'completed' | 'failed';
+  notification: SelfUpdateNotification;
+  /** The target build is quarantined: no policy starts it again (docs/update-policy.md). */
+  quarantine: boolean;
+}
+
+/** How the update ended, decided from digests and the helper's word. */
+export interface DecidedVerdict extends VerdictBase {
+  phase: 'completed' | 'rolled-back' | 'neither';
   outcome: ReconcileOutcome;
   helper: HelperOutcome;
   now: RunningNow;
+  /** The schema alarm goes out beside the notification. */
+  schemaAlarm: boolean;
 }
 
-/** Closing an update whose outcome could not be read; helper and running image as far as they were read. */
-export interface UndecidedInput {
-  pending: PendingUpdate;
-  detail: string;
+/** Closed without an outcome: helper as far as it was read. */
+export interface UndecidedVerdict extends VerdictBase {
+  phase: 'undecided';
   helper: HelperOutcome | null;
 }
+
+/** What the reconciler writes, in one transaction: status, transcript, audit row, notifications, quarantine. */
+export type Verdict = DecidedVerdict | UndecidedVerdict;
+
+/** How a run ended: nothing pending, an outcome recorded, closed undecided, or given up with nothing known to close. */
+export type BootReconcileOutput =
+  | { end: 'idle' }
+  | { end: 'reconciled' | 'undecided'; verdict: Verdict }
+  | { end: 'failed'; requestId: string | null; error: string };
 
 const never = <T, I = undefined>() => fromPromise<T, I>(() => new Promise<T>(() => {}));
 const errorText = (e: unknown) => (e instanceof Error ? e.message : String(e));
@@ -195,31 +235,67 @@ export function undecidedDetail(p: PendingUpdate, step: ReconcileStep | null, at
   );
 }
 
-const failedIn = (step: ReconcileStep) =>
-  assign<ReconcileContext, AnyEventObject, undefined, AnyEventObject, never>({
-    attempts: ({ context }) => context.attempts + 1,
-    lastError: ({ event }) => errorText(event.error),
-    failedStep: () => step,
-  });
-
-/** How long the helper's wait may take: until its deadline, then the hung guard's minutes. */
-export function helperWaitMs(deadline: string | null, hungMinutes: number, now = Date.now()): number {
+/** How long the helper's wait may take, from `now` (ms): until its deadline, then the hung guard's minutes. */
+export function helperWaitMs(deadline: string | null, hungMinutes: number, now: number): number {
   const untilDeadline = deadline === null ? 0 : Math.max(0, Date.parse(deadline) - now);
   return (Number.isFinite(untilDeadline) ? untilDeadline : 0) + hungMinutes * 60_000;
 }
 
-/** The hung guard of a step: the attempt counts as failed, with the spec's message. */
-const hungIn = (step: ReconcileStep) =>
-  assign<ReconcileContext, AnyEventObject, undefined, AnyEventObject, never>({
-    attempts: ({ context }) => context.attempts + 1,
-    lastError: ({ context }) => hungMessage(context.hungMinutes),
-    failedStep: () => step,
-  });
+/**
+ * The notification an outcome sends: a build that stuck completed; one rolled back rolled back,
+ * unless the helper itself reported that the rollback failed too; a restart on neither build failed.
+ */
+export function notificationOf(outcome: ReconcileOutcome, helperStatus: HelperOutcome['status']): SelfUpdateNotification {
+  if (outcome === 'completed') return 'self-update.completed';
+  if (outcome === 'neither' || helperStatus === 'failed') return 'self-update.failed';
+  return 'self-update.rolled-back';
+}
+
+/** `neither` after a switch the helper reported done: someone started another build since, and the target did not fail. */
+const switchWorked = (outcome: ReconcileOutcome, h: HelperOutcome) => outcome === 'neither' && h.status === 'ok';
+
+/** An update that did not stick has its channel tag taken back from the failed build, unless the switch worked. */
+export function repointOrderOf(p: PendingUpdate, outcome: ReconcileOutcome, h: HelperOutcome, now: RunningNow): RepointOrder {
+  if (outcome === 'completed' || switchWorked(outcome, h)) return { action: 'keep', tag: p.targetTag, why: null };
+  if (!now.imageId) return { action: 'keep', tag: p.targetTag, why: 'the id of the running image is unknown' };
+  return { action: 'move', tag: p.targetTag, imageId: now.imageId, onlyFrom: p.targetImageId };
+}
+
+/** What became of the channel tag, in words for the detail; null when there is nothing to say. */
+export function channelTagNote(order: RepointOrder, result: RepointResult): string | null {
+  if (order.action === 'keep') return order.why ? `the local tag ${order.tag} was left alone: ${order.why}` : null;
+  return result === 'moved' ? `the local tag ${order.tag} points at it again` : null;
+}
+
+/** An outcome read again after a restore says so. */
+export const restoredNote = (p: PendingUpdate, detail: string): string =>
+  p.restored ? `${detail}; recorded again from installer-self-updater after the database was restored from the backup taken in this update's preflight` : detail;
+
+/** The verdict of a decided outcome: a build that did not stick, or failed, is quarantined. */
+export function decidedVerdict(p: PendingUpdate, outcome: ReconcileOutcome, h: HelperOutcome, now: RunningNow, detail: string): DecidedVerdict {
+  const phase = phaseOfOutcome(outcome);
+  return {
+    pending: p, phase, outcome, helper: h, now, detail: restoredNote(p, detail),
+    audit: outcome === 'completed' ? 'completed' : 'failed',
+    notification: notificationOf(outcome, h.status),
+    schemaAlarm: outcome === 'rolled-back-onto-changed-schema',
+    quarantine: !!p.targetDigest && phase !== 'completed' && !switchWorked(outcome, h),
+  };
+}
+
+/** The verdict of an update closed without an outcome: not known to have stuck, so quarantined. */
+export function undecidedVerdict(p: PendingUpdate, h: HelperOutcome | null, detail: string): UndecidedVerdict {
+  return { pending: p, phase: 'undecided', helper: h, detail: restoredNote(p, detail), audit: 'failed', notification: 'self-update.failed', quarantine: !!p.targetDigest };
+}
+
+const decidedOf = (c: ReconcileContext) => decidedVerdict(c.pending!, c.outcome!, c.helper!, c.now!, c.detail!);
+const undecidedOf = (c: ReconcileContext) => undecidedVerdict(c.pending!, c.helper, c.detail!);
 
 export const bootReconcileMachine = setup({
   types: {
     context: {} as ReconcileContext,
     input: {} as ReconcileInput,
+    output: {} as BootReconcileOutput,
   },
   actors: {
     // Implemented by the self-update controller; fakes in simulations. All are idempotent: a
@@ -227,19 +303,34 @@ export const bootReconcileMachine = setup({
     findPending: never<PendingUpdate | null>(),
     waitForHelper: never<HelperOutcome, { pending: PendingUpdate }>(),
     inspectRunning: never<RunningNow>(),
-    // Takes the local channel tag back from the failed build to the image that runs, so that a
-    // plain `docker compose up -d` (VERSION unset) does not bring the failed build back. Answers
-    // what it did, in words for the detail.
-    repointChannelTag: never<string | null, RepointInput>(),
-    recordOutcome: never<void, RecordInput>(),
-    recordUndecided: never<void, UndecidedInput>(),
+    // Carries out the chart's order for the local channel tag, so that a plain `docker compose up
+    // -d` (VERSION unset) does not bring the failed build back.
+    repointChannelTag: never<RepointResult, RepointInput>(),
+    // Both write the verdict, in one transaction.
+    recordOutcome: never<void, Verdict>(),
+    recordUndecided: never<void, Verdict>(),
   },
   actions: {
     // The controller logs this at error level: the rolled-back build must tolerate the newer schema.
     alertChangedSchema: () => {},
+    decide: assign((_, params: { outcome: ReconcileOutcome }) => ({ outcome: params.outcome })),
+    /** An attempt at `step` failed (an error, or the hung guard): counted, with why. */
+    attemptFailed: assign(({ context, event }, params: { step: ReconcileStep; hung?: boolean }) => ({
+      attempts: context.attempts + 1,
+      lastError: params.hung ? hungMessage(context.hungMinutes) : errorText(event.error),
+      failedStep: params.step,
+    })),
+    /** The repoint step ended (`stuck`: an error, or the hung guard, said in the detail, not retried). */
+    repointed: assign(({ context, event }, params: { stuck?: 'error' | 'hung' }) => {
+      const order = repointOrderOf(context.pending!, context.outcome!, context.helper!, context.now!);
+      if (order.action === 'keep' || !params.stuck) return { channelTag: channelTagNote(order, event.output) };
+      return { channelTag: `the local tag ${order.tag} still names the failed build: ${params.stuck === 'hung' ? hungMessage(context.hungMinutes) : errorText(event.error)}` };
+    }),
+    describeOutcome: assign({ detail: ({ context }) => outcomeDetail(context.outcome!, context.pending!, context.now!, context.helper!, context.channelTag) }),
+    describeUndecided: assign({ detail: ({ context }) => undecidedDetail(context.pending!, context.failedStep, context.attempts, context.lastError) }),
   },
   guards: {
-    nothingPending: ({ event }) => (event as unknown as { output: PendingUpdate | null }).output === null,
+    nothingPending: ({ event }) => event.output === null,
     updated: ({ context }) => isUpdated(context.pending!, context.now!),
     rolledBackOntoChangedSchema: ({ context }) => isRolledBack(context.pending!, context.now!) && schemaChanged(context.pending!, context.now!),
     rolledBack: ({ context }) => isRolledBack(context.pending!, context.now!),
@@ -249,7 +340,7 @@ export const bootReconcileMachine = setup({
   delays: {
     retryDelay: ({ context }) => context.retryMs,
     hungTimeout: ({ context }) => context.hungMinutes * 60_000,
-    helperTimeout: ({ context }) => helperWaitMs(context.pending?.helperDeadline ?? null, context.hungMinutes),
+    helperTimeout: ({ context }) => helperWaitMs(context.pending?.helperDeadline ?? null, context.hungMinutes, Date.parse(context.pending?.readAt ?? '')),
   },
 }).createMachine({
   id: 'bootReconcile',
@@ -268,68 +359,67 @@ export const bootReconcileMachine = setup({
     failedStep: null,
   }),
   initial: 'finding',
+  // The final state's output, as the run's.
+  output: ({ event }) => event.output as BootReconcileOutput,
   states: {
     finding: {
-      after: { hungTimeout: { target: 'retrying', actions: hungIn('findPending') } },
+      after: { hungTimeout: { target: 'retrying', actions: { type: 'attemptFailed', params: { step: 'findPending', hung: true } } } },
       invoke: {
         id: 'findPending',
         src: 'findPending',
         onDone: [{ guard: 'nothingPending', target: 'idle' }, { target: 'waitingForHelper', actions: assign({ pending: ({ event }) => event.output }) }],
-        onError: { target: 'retrying', actions: failedIn('findPending') },
+        onError: { target: 'retrying', actions: { type: 'attemptFailed', params: { step: 'findPending' } } },
       },
     },
     // The outcome is decided only after the helper has exited: a new build that boots and is
     // then judged unhealthy must not report itself completed.
     waitingForHelper: {
-      after: { helperTimeout: { target: 'retrying', actions: hungIn('waitForHelper') } },
+      after: { helperTimeout: { target: 'retrying', actions: { type: 'attemptFailed', params: { step: 'waitForHelper', hung: true } } } },
       invoke: {
         id: 'waitForHelper',
         src: 'waitForHelper',
         input: ({ context }) => ({ pending: context.pending! }),
         onDone: { target: 'inspecting', actions: assign({ helper: ({ event }) => event.output }) },
-        onError: { target: 'retrying', actions: failedIn('waitForHelper') },
+        onError: { target: 'retrying', actions: { type: 'attemptFailed', params: { step: 'waitForHelper' } } },
       },
     },
     inspecting: {
-      after: { hungTimeout: { target: 'retrying', actions: hungIn('inspectRunning') } },
+      after: { hungTimeout: { target: 'retrying', actions: { type: 'attemptFailed', params: { step: 'inspectRunning', hung: true } } } },
       invoke: {
         id: 'inspectRunning',
         src: 'inspectRunning',
         onDone: { target: 'deciding', actions: assign({ now: ({ event }) => event.output }) },
-        onError: { target: 'retrying', actions: failedIn('inspectRunning') },
+        onError: { target: 'retrying', actions: { type: 'attemptFailed', params: { step: 'inspectRunning' } } },
       },
     },
     deciding: {
       always: [
-        { guard: 'updated', target: 'recording', actions: assign({ outcome: 'completed' }) },
-        { guard: 'rolledBackOntoChangedSchema', target: 'repointing', actions: [assign({ outcome: 'rolled-back-onto-changed-schema' }), 'alertChangedSchema'] },
-        { guard: 'rolledBack', target: 'repointing', actions: assign({ outcome: 'rolled-back' }) },
-        { target: 'repointing', actions: assign({ outcome: 'neither' }) },
+        { guard: 'updated', target: 'recording', actions: { type: 'decide', params: { outcome: 'completed' } } },
+        { guard: 'rolledBackOntoChangedSchema', target: 'repointing', actions: [{ type: 'decide', params: { outcome: 'rolled-back-onto-changed-schema' } }, 'alertChangedSchema'] },
+        { guard: 'rolledBack', target: 'repointing', actions: { type: 'decide', params: { outcome: 'rolled-back' } } },
+        { target: 'repointing', actions: { type: 'decide', params: { outcome: 'neither' } } },
       ],
     },
     // The outcome is decided; a tag that cannot be moved is said in the detail, not retried.
     repointing: {
-      after: { hungTimeout: { target: 'recording', actions: assign({ channelTag: ({ context }) => `the local tag ${context.pending!.targetTag} still names the failed build: ${hungMessage(context.hungMinutes)}` }) } },
+      after: { hungTimeout: { target: 'recording', actions: { type: 'repointed', params: { stuck: 'hung' } } } },
       invoke: {
         id: 'repointChannelTag',
         src: 'repointChannelTag',
-        input: ({ context }) => ({ pending: context.pending!, outcome: context.outcome!, helper: context.helper!, now: context.now! }),
-        onDone: { target: 'recording', actions: assign({ channelTag: ({ event }) => event.output }) },
-        onError: {
-          target: 'recording',
-          actions: assign({ channelTag: ({ context, event }) => `the local tag ${context.pending!.targetTag} still names the failed build: ${errorText(event.error)}` }),
-        },
+        input: ({ context }) => ({ requestId: context.pending!.requestId, order: repointOrderOf(context.pending!, context.outcome!, context.helper!, context.now!) }),
+        onDone: { target: 'recording', actions: { type: 'repointed', params: {} } },
+        onError: { target: 'recording', actions: { type: 'repointed', params: { stuck: 'error' } } },
       },
     },
     recording: {
-      after: { hungTimeout: { target: 'retrying', actions: hungIn('recordOutcome') } },
-      entry: assign({ detail: ({ context }) => outcomeDetail(context.outcome!, context.pending!, context.now!, context.helper!, context.channelTag) }),
+      after: { hungTimeout: { target: 'retrying', actions: { type: 'attemptFailed', params: { step: 'recordOutcome', hung: true } } } },
+      entry: 'describeOutcome',
       invoke: {
         id: 'recordOutcome',
         src: 'recordOutcome',
-        input: ({ context }) => ({ pending: context.pending!, outcome: context.outcome!, detail: context.detail!, helper: context.helper!, now: context.now! }),
+        input: ({ context }) => decidedOf(context),
         onDone: 'reconciled',
-        onError: { target: 'retrying', actions: failedIn('recordOutcome') },
+        onError: { target: 'retrying', actions: { type: 'attemptFailed', params: { step: 'recordOutcome' } } },
       },
     },
     retrying: {
@@ -344,19 +434,22 @@ export const bootReconcileMachine = setup({
     // counts as in flight (jobs and updates are accepted) and no later boot brings it back.
     givingUp: {
       after: { hungTimeout: { target: 'failed', actions: assign({ lastError: ({ context }) => hungMessage(context.hungMinutes) }) } },
-      entry: assign({ detail: ({ context }) => undecidedDetail(context.pending!, context.failedStep, context.attempts, context.lastError) }),
+      entry: 'describeUndecided',
       invoke: {
         id: 'recordUndecided',
         src: 'recordUndecided',
-        input: ({ context }) => ({ pending: context.pending!, detail: context.detail!, helper: context.helper }),
+        input: ({ context }) => undecidedOf(context),
         onDone: 'undecided',
         onError: { target: 'failed', actions: assign({ lastError: ({ event }) => errorText(event.error) }) },
       },
     },
-    idle: { type: 'final' },
-    reconciled: { type: 'final' },
-    undecided: { type: 'final' },
-    failed: { type: 'final' },
+    idle: { type: 'final', output: (): BootReconcileOutput => ({ end: 'idle' }) },
+    reconciled: { type: 'final', output: ({ context }): BootReconcileOutput => ({ end: 'reconciled', verdict: decidedOf(context) }) },
+    undecided: { type: 'final', output: ({ context }): BootReconcileOutput => ({ end: 'undecided', verdict: undecidedOf(context) }) },
+    failed: {
+      type: 'final',
+      output: ({ context }): BootReconcileOutput => ({ end: 'failed', requestId: context.pending?.requestId ?? null, error: context.lastError ?? 'the database did not answer' }),
+    },
   },
 });
 

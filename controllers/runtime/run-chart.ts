@@ -37,8 +37,11 @@ export interface RunningChart {
 export interface ChartRun<M extends AnyStateMachine> {
   machine: M;
   input: unknown;
-  /** Stores the persisted snapshot; called after each transition that changes the state value. */
-  persist(snapshot: unknown): Promise<unknown>;
+  /**
+   * Stores the persisted snapshot; called after each transition that changes the state value, with
+   * the snapshot it was taken from (typed, to read the state and context from).
+   */
+  persist(snapshot: unknown, state: SnapshotFrom<M>): Promise<unknown>;
   /** Where persist writes go; pass one to order other writes (made by the chart's actors) with them. */
   writes: OrderedWrites;
   /** Stops the chart (the process is shutting down): the result then says `stopped`. */
@@ -80,7 +83,7 @@ export async function runChart<M extends AnyStateMachine>(run: ChartRun<M>): Pro
       if (value === lastValue) return;
       lastValue = value;
       const persisted = actor.getPersistedSnapshot();
-      run.writes.queue(() => run.persist(persisted));
+      run.writes.queue(() => run.persist(persisted, snap as SnapshotFrom<M>));
     },
     complete: finish,
     error: (err) => {

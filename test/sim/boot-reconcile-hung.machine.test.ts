@@ -9,7 +9,7 @@ import { bootReconcileMachine, helperWaitMs, type HelperOutcome, type PendingUpd
 const pending: PendingUpdate = {
   requestId: 'r-1', actionId: '7', targetTag: 'dev-latest', targetDigest: 'sha256:new', targetImageId: 'img-new',
   previousReference: 'reg/installer:dev-41', previousDigest: 'sha256:old', previousImageId: 'img-old',
-  preUpdateMigration: '0002_self_update', helperId: 'cid', helperDeadline: null,
+  preUpdateMigration: '0002_self_update', helperId: 'cid', helperDeadline: null, readAt: '2026-11-25T00:10:00.000Z',
 };
 const helperOk: HelperOutcome = { state: 'exited', exitCode: 0, status: 'ok', switchFailure: null, rollbackFailure: null };
 const onTarget: RunningNow = { reference: 'reg/installer:dev-latest', digest: 'sha256:new', imageId: 'img-new', migration: '0002_self_update' };
@@ -50,10 +50,10 @@ describe('boot reconciliation chart: the hung guard', () => {
   it('the helper\'s wait runs to its deadline, and is abandoned the guard\'s minutes after it', () => {
     const stopped: string[] = [];
     const { clock, actor } = start(stopped);
-    // A deadline 20 minutes from now (the guard's delay is read from it on entry).
-    actor.send(done('findPending', { ...pending, helperDeadline: new Date(Date.now() + 20 * 60_000).toISOString() }));
+    // A deadline 20 minutes after the update was read (the guard's delay is measured from that instant on entry).
+    actor.send(done('findPending', { ...pending, helperDeadline: new Date(Date.parse(pending.readAt) + 20 * 60_000).toISOString() }));
     stopped.length = 0; // finding was left when it finished
-    clock.increment(20 * 60_000 + 15 * 60_000 - 5_000); // Date.now() moved on a little since
+    clock.increment(20 * 60_000 + 15 * 60_000 - 5_000);
     expect(actor.getSnapshot().value).toBe('waitingForHelper');
     clock.increment(5_000);
     expect(actor.getSnapshot().value).toBe('retrying');

@@ -12,7 +12,7 @@ import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/sim/c
 const pending: PendingUpdate = {
   requestId: 'r-1', actionId: '7', targetTag: 'dev-latest', targetDigest: 'sha256:new', targetImageId: 'img-new',
   previousReference: 'reg/installer:dev-41', previousDigest: 'sha256:old', previousImageId: 'img-old',
-  preUpdateMigration: '0002_self_update', helperId: 'cid', helperDeadline: null,
+  preUpdateMigration: '0002_self_update', helperId: 'cid', helperDeadline: null, readAt: '2026-11-25T00:10:00.000Z',
 };
 const helperOk: HelperOutcome = { state: 'exited', exitCode: 0, status: 'ok', switchFailure: null, rollbackFailure: null };
 const helperRolledBack: HelperOutcome = { state: 'exited', exitCode: 0, status: 'rolled-back', switchFailure: 'exit 1: container installer-backend is unhealthy', rollbackFailure: null };
