@@ -8,7 +8,7 @@ import Docker from 'dockerode';
 import pg from 'pg';
 import { docker, freePort, run, uniqueName } from '../helpers/e2e/rig.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
-import { PG_IMAGE } from '../helpers/e2e/faults.ts';
+import { PG_IMAGE } from '../helpers/e2e/dedicated-postgres.ts';
 import { BACKUP_SPACE, PostgresContainerBackup } from '../../src/adapters/database-backup.ts';
 
 const engine = new Docker();

@@ -12,12 +12,15 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { runEntry, ROOT, type Running } from '../helpers/shared/process.ts';
 import { uniqueName } from '../helpers/e2e/rig.ts';
-import { percentile, requestJob, startDedicatedPostgres, startLoad, UNAVAILABLE_SHAPE, waitJob, type Answer, type DedicatedPostgres, type Load } from '../helpers/e2e/faults.ts';
+import { startDedicatedPostgres, type DedicatedPostgres } from '../helpers/e2e/dedicated-postgres.ts';
+import { requestJob, UNAVAILABLE_SHAPE, waitJob } from '../helpers/e2e/http-api.ts';
+import { percentile, startLoad, type Answer, type Load } from '../helpers/e2e/request-load.ts';
 import { DATABASE_UNAVAILABLE } from '../../src/errors.ts';
 import { CONNECT_TIMEOUT_MS, QUERY_TIMEOUT_GRACE_MS, STATEMENT_TIMEOUT_MS } from '../../src/db/database.ts';
 import { HEALTH_MAX_AGE_MS } from '../../src/state/health.ts';
 import { AUDIT_CACHE_MS_DEFAULT } from '../../src/state/actions.ts';
 import { firstAdminToken } from '../helpers/e2e/first-admin.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 
 type Fault = 'stop' | 'kill' | 'pause';
 const FAULTS: Fault[] = ['stop', 'kill', 'pause'];
@@ -94,17 +97,14 @@ async function listeners(): Promise<string[]> {
 
 async function waitListeners(): Promise<number> {
   const started = Date.now();
-  for (;;) {
-    let now: string[] = [];
-    try {
-      now = await listeners();
-    } catch {
-      /* still starting */
-    }
-    if (CHANNELS.every((c) => now.includes(c))) return Date.now() - started;
-    if (Date.now() - started > LISTEN_BOUND_MS) throw new Error(`the LISTEN connections did not come back within ${LISTEN_BOUND_MS} ms (now: ${JSON.stringify(now)}; backend exit code ${proc!.child.exitCode}):\n${proc!.output().slice(-3000)}`);
-    await sleep(100);
-  }
+  let now: string[] = [];
+  await eventually(async () => {
+    now = await listeners();
+    return CHANNELS.every((c) => now.includes(c));
+  }, 'the LISTEN connections to come back', LISTEN_BOUND_MS, 100).catch((err: Error) => {
+    throw new Error(`${err.message} (now: ${JSON.stringify(now)}; backend exit code ${proc!.child.exitCode}):\n${proc!.output().slice(-3000)}`);
+  });
+  return Date.now() - started;
 }
 
 const ended = (a: Answer) => a.at + a.ms;

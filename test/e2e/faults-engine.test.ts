@@ -14,7 +14,8 @@ import { docker, freePort, uniqueName } from '../helpers/e2e/rig.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { createUser } from '../../src/state/users.ts';
 import { loadImage, startPrivateEngine, type PrivateEngine } from '../helpers/e2e/private-engine.ts';
-import { login, requestJob, timed, UNAVAILABLE_SHAPE, waitJob } from '../helpers/e2e/faults.ts';
+import { login, requestJob, timed, UNAVAILABLE_SHAPE, waitJob } from '../helpers/e2e/http-api.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 
 /** Every endpoint answers within this while the engine is down (it fails fast: the socket is gone). */
 const OUTAGE_ANSWER_BOUND_MS = 2_000;
@@ -23,7 +24,6 @@ const JOB_FAIL_BOUND_MS = 15_000;
 /** After the engine answers again the status shows the platform running within this. */
 const RECOVERY_BOUND_MS = 30_000;
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const project = uniqueName('faults-engine');
 
 let engine: PrivateEngine | undefined;
@@ -127,12 +127,12 @@ function logEndpoints() {
 
 async function waitRunning(bound: number): Promise<number> {
   const started = Date.now();
-  for (;;) {
+  await eventually(async () => {
     const s = await status();
-    if (s.status === 200 && !s.view.engineError && s.view.containers.length === 3 && s.view.containers.every((c) => c.state === 'running')) return Date.now() - started;
-    if (Date.now() - started > bound) throw new Error(`the platform did not show as running within ${bound} ms: ${s.text}`);
-    await sleep(200);
-  }
+    if (s.status === 200 && !s.view.engineError && s.view.containers.length === 3 && s.view.containers.every((c) => c.state === 'running')) return true;
+    throw new Error(s.text);
+  }, 'the platform to show as running', bound, 200);
+  return Date.now() - started;
 }
 
 describe('Docker engine stopped and started', () => {

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { runEntry, type Running } from '../helpers/shared/process.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { createUser } from '../../src/state/users.ts';
-import { login, timed } from '../helpers/e2e/faults.ts';
+import { login, timed } from '../helpers/e2e/http-api.ts';
 import {
   badJsonRegistry, closedRegistry, errorStatusRegistry, garbageRegistry, silentRegistry, type FakeRegistry,
 } from '../helpers/e2e/fake-registries.ts';
