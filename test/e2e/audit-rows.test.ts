@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { buildInstallerImage, docker, REGISTRY, run, startPlatform, uniqueName, type PlatformProject } from '../helpers/e2e/rig.ts';
-import { followJob, requestJob, runJob } from '../helpers/e2e/jobs.ts';
+import { followJob, phaseEvent, requestJob, requestJobAndFollow, waitForJobEvent } from '../helpers/e2e/jobs.ts';
 import { EngineGate, type Hold } from '../helpers/e2e/engine-gate.ts';
 import { startSystemdHost, type SystemdHost } from '../helpers/e2e/systemd-host.ts';
 import { ROOT } from '../helpers/shared/process.ts';
@@ -70,13 +70,6 @@ function expectComposeFailure(finished: Record<string, unknown>): number {
   expect(typeof code).toBe('number');
   expect(code).toBeGreaterThan(0);
   return code;
-}
-
-async function waitForPhase(jobId: string, phase: string): Promise<void> {
-  await eventually(async () => {
-    const rows = await t.db.database.db.selectFrom('deployment_job_events').select('payload').where('job_id', '=', jobId).where('type', '=', 'phase').execute();
-    return rows.some((r) => (r.payload as { phase?: string }).phase === phase);
-  }, `job ${jobId} to reach phase ${phase}`, 60_000, 100);
 }
 
 async function cancel(jobId: string): Promise<string> {
@@ -141,7 +134,7 @@ afterAll(async () => {
 
 describe('the audit row of every job kind', () => {
   it('restart: completed 0; failed with the exit code of compose restart', async () => {
-    const ok = await runJob(t, 'restart', ['worker']);
+    const ok = await requestJobAndFollow(t, 'restart', ['worker']);
     expect(ok.finished).toMatchObject({ outcome: 'completed', exitCode: 0 });
     expect(await row(ok.jobId)).toEqual(['restart', 'completed', 0, 'operator', 'services: worker']);
     // The controller records the kind of actor the request was made by (a local user here).
@@ -155,7 +148,7 @@ describe('the audit row of every job kind', () => {
     const bad = await failingJob('stop', ['worker'], 'POST', 'containers/[^/]+/stop');
     const code = expectComposeFailure(bad.finished);
     expect(await row(bad.jobId)).toEqual(['stop', 'failed', code, 'operator', `stop exited with code ${code}`]);
-    const ok = await runJob(t, 'stop', ['worker']);
+    const ok = await requestJobAndFollow(t, 'stop', ['worker']);
     expect(ok.finished).toMatchObject({ outcome: 'completed', exitCode: 0 });
     expect(await row(ok.jobId)).toEqual(['stop', 'completed', 0, 'operator', 'services: worker']);
   });
@@ -165,7 +158,7 @@ describe('the audit row of every job kind', () => {
     const bad = await failingJob('compose-up', ['worker'], 'POST', 'containers/[^/]+/start');
     const code = expectComposeFailure(bad.finished);
     expect(await row(bad.jobId)).toEqual(['compose-up', 'failed', code, 'operator', `up-pulled exited with code ${code}`]);
-    const ok = await runJob(t, 'compose-up', ['worker']);
+    const ok = await requestJobAndFollow(t, 'compose-up', ['worker']);
     expect(ok.finished).toMatchObject({ outcome: 'completed', exitCode: 0 });
     expect(await row(ok.jobId)).toEqual(['compose-up', 'completed', 0, 'operator', 'services: worker']);
   });
@@ -174,14 +167,14 @@ describe('the audit row of every job kind', () => {
     const bad = await failingJob('kill', ['worker'], 'POST', 'containers/[^/]+/kill');
     const code = expectComposeFailure(bad.finished);
     expect(await row(bad.jobId)).toEqual(['kill', 'failed', code, 'operator', `kill exited with code ${code}`]);
-    const ok = await runJob(t, 'kill', ['worker']);
+    const ok = await requestJobAndFollow(t, 'kill', ['worker']);
     expect(ok.finished).toMatchObject({ outcome: 'completed', exitCode: 0 });
     expect(await row(ok.jobId)).toEqual(['kill', 'completed', 0, 'operator', 'services: worker']);
     await restore();
   });
 
   it('pull: completed 0; failed with the exit code of compose pull', async () => {
-    const ok = await runJob(t, 'pull', ['worker']);
+    const ok = await requestJobAndFollow(t, 'pull', ['worker']);
     expect(ok.finished).toMatchObject({ outcome: 'completed', exitCode: 0 });
     expect(await row(ok.jobId)).toEqual(['pull', 'completed', 0, 'operator', 'services: worker']);
     const bad = await failingJob('pull', ['worker'], 'POST', 'images/create');
@@ -193,7 +186,7 @@ describe('the audit row of every job kind', () => {
     const h = { authorization: `Bearer ${await t.token('operator')}` };
     const put = await t.app.inject({ method: 'PUT', url: '/api/deployment/config', headers: h, payload: { set: { ADMIN_EMAIL: 'audit@example.com' } } });
     expect(put.statusCode, put.body).toBe(202);
-    const ok = await runJob(t, 'apply-config', ['worker']);
+    const ok = await requestJobAndFollow(t, 'apply-config', ['worker']);
     expect(ok.finished).toMatchObject({ outcome: 'completed', exitCode: 0 });
     expect(await row(ok.jobId)).toEqual(['apply-config', 'completed', 0, 'operator', 'services: worker']);
     // The engine refuses to create the recreated container.
@@ -204,7 +197,7 @@ describe('the audit row of every job kind', () => {
   });
 
   it('deploy: completed 0; failed at up after a good pull with up\'s code; null when cancelled during up or when preparing fails', async () => {
-    const ok = await runJob(t, 'deploy');
+    const ok = await requestJobAndFollow(t, 'deploy');
     expect(ok.finished).toMatchObject({ outcome: 'completed', exitCode: 0 });
     expect(await row(ok.jobId)).toEqual(['deploy', 'completed', 0, 'operator', 'all services']);
 
@@ -219,7 +212,7 @@ describe('the audit row of every job kind', () => {
     const held = hold('POST', 'containers/[^/]+/start');
     const jobId = await requestJob(t, 'deploy');
     await held.hit();
-    await waitForPhase(jobId, 'up');
+    await waitForJobEvent(t.db.database.db, jobId, phaseEvent('up'), 'phase up');
     const cancelId = await cancel(jobId);
     const events = await followJob(t, jobId);
     expect(events.some((e) => e.event === 'phase' && e.data.phase === 'pull')).toBe(true);
@@ -232,7 +225,7 @@ describe('the audit row of every job kind', () => {
 
     // The templates cannot be fetched: no process ran, no exit code.
     templateMode.mode = 'missing';
-    const noTemplates = await runJob(t, 'deploy');
+    const noTemplates = await requestJobAndFollow(t, 'deploy');
     expect(noTemplates.finished).toMatchObject({ outcome: 'failed', state: 'failed', exitCode: null });
     const [kind, status, exitCode, actor, detail] = await row(noTemplates.jobId);
     expect([kind, status, exitCode, actor]).toEqual(['deploy', 'failed', null, 'operator']);
@@ -261,7 +254,7 @@ describe('the audit row of every job kind', () => {
   });
 
   it('cancel-job: completed (above); failed when its target has already ended', async () => {
-    const done = await runJob(t, 'restart', ['web']);
+    const done = await requestJobAndFollow(t, 'restart', ['web']);
     // The target ends between the API's check and the controller: the request as the API writes it.
     const cancelId = await createJob(t.db.database.db, { kind: 'cancel-job', params: { targetJobId: done.jobId }, actor: { id: 'admin' } });
     const events = await followJob(t, cancelId);

@@ -20,6 +20,7 @@ import { CrashTally, holdDatabase, requireCrashPoints, waitForChartState, type D
 import { createUser } from '../../src/state/users.ts';
 import { jobMachine } from '../../machines/job.machine.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
+import { phaseEvent, storedJobEvents, waitForJobEvent } from '../helpers/e2e/jobs.ts';
 
 const INTERRUPTED = 'interrupted: the backend restarted while the job was running';
 /** Compose talks to the engine as `compose/<version>` (or the docker CLI's agent); the backend's own calls do not. */
@@ -113,15 +114,7 @@ const holdDb = async (statements: string[], values: unknown[][] = []) => {
   return hd;
 };
 
-async function jobEvents(jobId: string): Promise<{ seq: number; type: string; payload: Record<string, unknown> }[]> {
-  return (await db.database.db.selectFrom('deployment_job_events').select(['seq', 'type', 'payload']).where('job_id', '=', jobId).orderBy('seq').execute()) as never;
-}
-
-async function waitForEvent(jobId: string, pred: (e: { type: string; payload: Record<string, unknown> }) => boolean, timeoutMs = 60_000): Promise<void> {
-  await eventually(async () => (await jobEvents(jobId)).some(pred), `job ${jobId}: the awaited event`, timeoutMs, 100).catch(async (err: Error) => {
-    throw new Error(`${err.message}; events: ${JSON.stringify(await jobEvents(jobId))}`);
-  });
-}
+const jobEvents = (jobId: string) => storedJobEvents(db.database.db, jobId);
 
 async function composeProcesses(): Promise<string> {
   return (await run('pgrep', ['-a', '-f', `compose.*-p ${platform.project}`])).stdout.trim();
@@ -164,17 +157,13 @@ async function expectConverged(jobId: string, want: { phase: 'completed' | 'fail
 
 /** Nothing left half done anywhere: no job running or queued, no audit row started, no compose process. */
 async function expectQuiet(): Promise<void> {
-  const until = Date.now() + 20_000;
-  for (;;) {
+  await eventually(async () => {
     const open = await db.database.db.selectFrom('deployment_job_status').select(['job_id', 'phase']).where('phase', 'in', ['queued', 'running']).execute();
     const started = await db.database.db.selectFrom('deployment_actions').select(['id', 'kind', 'job_id']).where('status', '=', 'started').execute();
     const procs = await composeProcesses();
-    if (!open.length && !started.length && !procs) return;
-    if (Date.now() > until) {
-      throw new Error(`not quiet: jobs ${JSON.stringify(open)}, audit rows started ${JSON.stringify(started)}, compose processes:\n${procs}`);
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
+    if (!open.length && !started.length && !procs) return true;
+    throw new Error(`not quiet: jobs ${JSON.stringify(open)}, audit rows started ${JSON.stringify(started)}, compose processes:\n${procs}`);
+  }, 'nothing left half done', 20_000, 200);
 }
 
 /** Registers a crash point for a chart state (or a moment after a final one). */
@@ -285,7 +274,7 @@ describe('kill -9 of the backend in every state of the job chart', () => {
     const id = await post('deploy');
     await hold.hit();
     await waitForChartState(base, token, 'job', id, 'running.watching');
-    await waitForEvent(id, (e) => e.type === 'phase' && e.payload.phase === 'pull');
+    await waitForJobEvent(db.database.db, id, phaseEvent('pull'), 'phase pull');
     await crashAndRestart();
     await expectConverged(id, { phase: 'failed', state: 'interrupted', detail: INTERRUPTED });
   });
@@ -296,7 +285,7 @@ describe('kill -9 of the backend in every state of the job chart', () => {
     const hold = holdGate('POST', /^(\/v[\d.]+)?\/containers\/[^/]+\/start/, COMPOSE_UA);
     const id = await post('deploy');
     await hold.hit();
-    await waitForEvent(id, (e) => e.type === 'phase' && e.payload.phase === 'up');
+    await waitForJobEvent(db.database.db, id, phaseEvent('up'), 'phase up');
     await waitForChartState(base, token, 'job', id, 'running.watching');
     await crashAndRestart();
     await expectConverged(id, { phase: 'failed', state: 'interrupted', detail: INTERRUPTED });
@@ -307,7 +296,7 @@ describe('kill -9 of the backend in every state of the job chart', () => {
     const hold = holdGate('POST', /^(\/v[\d.]+)?\/images\/prune/);
     const id = await post('pull');
     await hold.hit();
-    await waitForEvent(id, (e) => e.type === 'phase' && e.payload.phase === 'prune');
+    await waitForJobEvent(db.database.db, id, phaseEvent('prune'), 'phase prune');
     await waitForChartState(base, token, 'job', id, 'running.watching');
     await crashAndRestart();
     await expectConverged(id, { phase: 'failed', state: 'interrupted', detail: INTERRUPTED });

@@ -18,6 +18,7 @@ import { EngineGate, type Hold } from '../helpers/e2e/engine-gate.ts';
 import { startCrashInstaller, type CrashInstaller } from '../helpers/e2e/crash-stack.ts';
 import { chartInstanceIds, CrashTally, holdDatabase, requireCrashPoints, waitForChartState, type DbHold } from '../helpers/e2e/crash.ts';
 import { selfUpdateMachine } from '../../machines/self-update.machine.ts';
+import { eventually } from '../helpers/shared/eventually.ts';
 
 const INTERRUPTED = 'interrupted: the backend restarted during preflight; nothing was changed';
 const BASE = 'dev-crash-base';
@@ -118,13 +119,11 @@ async function expectQuiet(): Promise<void> {
 
 /** The request ended aborted with `detail`, and nothing has changed. */
 async function expectAborted(requestId: string, before: Before, detail: string | RegExp = INTERRUPTED): Promise<void> {
-  const until = Date.now() + 30_000;
   let row: { phase: string; detail: string | null; action_id: string | null } | undefined;
-  while (Date.now() < until) {
-    [row] = await query<{ phase: string; detail: string | null; action_id: string | null }>(`select phase, detail, action_id from self_update_status where request_id = $1`, [requestId]);
-    if (row && row.phase !== 'preflight' && row.phase !== 'requested') break;
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  await eventually(async () => {
+    [row] = await query<NonNullable<typeof row>>(`select phase, detail, action_id from self_update_status where request_id = $1`, [requestId]);
+    return row && row.phase !== 'preflight' && row.phase !== 'requested';
+  }, `request ${requestId} to end`, 30_000, 200).catch(() => {});
   expect(row?.phase, JSON.stringify(row)).toBe('aborted');
   if (detail instanceof RegExp) expect(row!.detail).toMatch(detail);
   else expect(row!.detail).toBe(detail);
@@ -329,13 +328,11 @@ describe('kill -9 of the installer container in every state of the self-update c
     expect(Number((await docker(['wait', HELPER], { timeoutMs: 300_000 })).trim())).toBe(0);
     await i.waitHealthy(180_000);
     await i.login();
-    const done = Date.now() + 120_000;
     let row: { phase: string; detail: string | null; helper_container_id: string | null } | undefined;
-    while (Date.now() < done) {
+    await eventually(async () => {
       [row] = await query<NonNullable<typeof row>>(`select phase, detail, helper_container_id from self_update_status where request_id = $1`, [requestId]);
-      if (row && row.phase !== 'preflight' && row.phase !== 'helper-running') break;
-      await new Promise((r) => setTimeout(r, 500));
-    }
+      return row && row.phase !== 'preflight' && row.phase !== 'helper-running';
+    }, `request ${requestId} to end`, 120_000, 500).catch(() => {});
     expect(row?.phase, JSON.stringify(row)).toBe('completed');
     expect(((await i.call('GET', '/api/version')).body as { digest: string }).digest).toBe(target);
     const audit = await query<{ status: string; target_digest: string }>(`select status, target_digest from deployment_actions where kind = 'self-update' order by created_at desc limit 1`);

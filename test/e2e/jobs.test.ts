@@ -8,7 +8,7 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { docker, freePort, REGISTRY, run, startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
-import { followJob, lines, requestJob, runJob } from '../helpers/e2e/jobs.ts';
+import { followJob, lines, requestJob, requestJobAndFollow } from '../helpers/e2e/jobs.ts';
 import { ROOT } from '../helpers/shared/process.ts';
 import { putSetting } from '../../src/state/settings.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
@@ -41,7 +41,7 @@ async function audit(jobId: string) {
 describe('platform actions on the real engine', () => {
   it('restart restarts the containers in place and records the action', async () => {
     const before = await byService();
-    const { jobId, events, finished } = await runJob(t, 'restart', ['worker']);
+    const { jobId, events, finished } = await requestJobAndFollow(t, 'restart', ['worker']);
     expect(finished).toMatchObject({ outcome: 'completed', exitCode: 0, detail: null });
     const after = await byService();
     expect(after.worker!.id).toBe(before.worker!.id);
@@ -62,24 +62,24 @@ describe('platform actions on the real engine', () => {
   });
 
   it('stop leaves the containers exited; compose-up starts the pulled images again', async () => {
-    const stopped = await runJob(t, 'stop');
+    const stopped = await requestJobAndFollow(t, 'stop');
     expect(stopped.finished.outcome).toBe('completed');
     for (const c of await p.containers()) expect(c.state).toBe('exited');
-    const up = await runJob(t, 'compose-up');
+    const up = await requestJobAndFollow(t, 'compose-up');
     expect(up.finished.outcome).toBe('completed');
     for (const c of await p.containers()) expect(c.state).toBe('running');
     expect(up.events.some((e) => String(e.data.command ?? '').includes('--pull never'))).toBe(true);
   });
 
   it('kill kills the named service only', async () => {
-    const { finished } = await runJob(t, 'kill', ['worker']);
+    const { finished } = await requestJobAndFollow(t, 'kill', ['worker']);
     expect(finished.outcome).toBe('completed');
     const s = await byService();
     const w = await inspect(s.worker!.id);
     expect(w.State.Status).toBe('exited');
     expect(w.State.ExitCode).toBe(137);
     expect(s.web!.state).toBe('running');
-    await runJob(t, 'compose-up', ['worker']);
+    await requestJobAndFollow(t, 'compose-up', ['worker']);
   });
 
   it('apply-config writes pending .env changes and recreates the services', async () => {
@@ -95,7 +95,7 @@ describe('platform actions on the real engine', () => {
     const raw = await t.db.database.db.selectFrom('platform_config_changes').selectAll().execute();
     expect(JSON.stringify(raw)).not.toContain('s3cret value');
 
-    const { finished } = await runJob(t, 'apply-config', ['worker']);
+    const { finished } = await requestJobAndFollow(t, 'apply-config', ['worker']);
     expect(finished.outcome).toBe('completed');
     const after = await byService();
     expect(after.worker!.id).not.toBe(before.worker!.id);
@@ -183,7 +183,7 @@ describe('pull and deploy from a registry', () => {
     // A dangling image exists before the pull: make sure it really is dangling (no tag).
     const dangling = JSON.parse(await docker(['image', 'inspect', danglingId]).catch(() => '[{"RepoTags":["gone"]}]'))[0];
     expect(dangling.RepoTags ?? []).toEqual([]);
-    const { events, finished } = await runJob(t, 'pull', ['worker']);
+    const { events, finished } = await requestJobAndFollow(t, 'pull', ['worker']);
     expect(finished.outcome, JSON.stringify(events.slice(-5))).toBe('completed');
     const progress = events.filter((e) => e.event === 'progress');
     expect(progress.length).toBeGreaterThan(0);
@@ -217,7 +217,7 @@ describe('pull and deploy from a registry', () => {
     });
     try {
       await putSetting(d.db.database.db, 'vmUser', 'alice', 'admin');
-      const { events, finished } = await runJob(d, 'deploy');
+      const { events, finished } = await requestJobAndFollow(d, 'deploy');
       expect(finished.outcome, JSON.stringify(events.slice(-8))).toBe('completed');
       expect(events.filter((e) => e.event === 'phase').map((e) => e.data.phase)).toEqual(['started', 'prepare', 'pull', 'up', 'prune']);
       const env = readFileSync(path.join(platformDir, '.env'), 'utf8');
@@ -276,7 +276,7 @@ describe('cancel and replay', () => {
   });
 
   it('replays from the start, after=<seq> and Last-Event-ID without loss or repeats; bad input is a 400/404', async () => {
-    const { jobId, events } = await runJob(s, 'compose-up');
+    const { jobId, events } = await requestJobAndFollow(s, 'compose-up');
     const all = events.map((e) => Number(e.id));
     expect(all.length).toBeGreaterThan(2);
     const fromTwo = await followJob(s, jobId, '?after=2');

@@ -69,7 +69,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-async function runJob(action: string): Promise<SseMessage[]> {
+async function requestJobAndFollow(action: string): Promise<SseMessage[]> {
   const res = await fetch(`${base}/api/deployment/jobs`, { method: 'POST', headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' }, body: JSON.stringify({ action }) });
   expect(res.status, await res.clone().text()).toBe(202);
   const { jobId } = (await res.json()) as { jobId: string };
@@ -85,7 +85,7 @@ describe("the installer's keys in the platform .env", () => {
   it('deploy writes the address and the current token once each, replacing the template\'s own value with a warning', async () => {
     firstToken = readFileSync(tokenFile(), 'utf8').trim();
     expect(firstToken.length).toBeGreaterThanOrEqual(32);
-    const events = await runJob('deploy');
+    const events = await requestJobAndFollow('deploy');
     expect(events.at(-1)!.data.outcome, JSON.stringify(events.slice(-6))).toBe('completed');
     const warnings = events.filter((e) => e.event === 'warning').map((e) => String(e.data.message));
     expect(warnings).toEqual([expect.stringContaining("defines INSTALLER_URL, which the installer writes itself: the template's value is replaced")]);
@@ -115,7 +115,7 @@ describe("the installer's keys in the platform .env", () => {
     const status = await fetch(`${base}/api/deployment/status`, { headers: { authorization: `Bearer ${next}` } });
     expect(status.status).toBe(200);
 
-    const events = await runJob('apply-config');
+    const events = await requestJobAndFollow('apply-config');
     expect(events.at(-1)!.data.outcome, JSON.stringify(events.slice(-6))).toBe('completed');
     const env = envOf();
     expect(env.filter((e) => e.key === 'INSTALLER_SERVICE_TOKEN')).toEqual([{ key: 'INSTALLER_SERVICE_TOKEN', value: next }]);

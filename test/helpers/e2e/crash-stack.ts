@@ -13,6 +13,7 @@ import { docker, freePort, run } from './rig.ts';
 import { removeLeftovers } from './stack.ts';
 import { HELPER, STAGING_ROOT, type Images } from './self-update-rig.ts';
 import { firstAdminToken } from './first-admin.ts';
+import { eventually } from '../shared/eventually.ts';
 
 const SOCKET_MOUNT = '- /var/run/docker.sock:/var/run/docker.sock';
 
@@ -126,16 +127,10 @@ export async function startCrashInstaller(images: Images, tag: string, gateSocke
       }
     },
     async waitHealthy(timeoutMs = 90_000) {
-      const until = Date.now() + timeoutMs;
-      for (;;) {
-        const ok = await fetch(`${baseUrl}/api/health`, { signal: AbortSignal.timeout(2_000) }).then((r) => r.ok).catch(() => false);
-        if (ok) return;
-        if (Date.now() > until) {
-          const logs = await run('docker', ['logs', '--tail', '60', 'installer-backend']);
-          throw new Error(`the backend did not answer in ${timeoutMs} ms\n${logs.stdout}${logs.stderr}`);
-        }
-        await new Promise((r) => setTimeout(r, 200));
-      }
+      await eventually(() => fetch(`${baseUrl}/api/health`, { signal: AbortSignal.timeout(2_000) }).then((r) => r.ok).catch(() => false), 'the backend to answer', timeoutMs, 200).catch(async (err: Error) => {
+        const logs = await run('docker', ['logs', '--tail', '60', 'installer-backend']);
+        throw new Error(`${err.message}\n${logs.stdout}${logs.stderr}`);
+      });
     },
     async kill() {
       await docker(['kill', '-s', 'KILL', 'installer-backend']);

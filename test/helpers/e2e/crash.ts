@@ -113,14 +113,10 @@ export async function holdDatabase(url: string, statements: string[], values: un
   let released = false;
   return {
     async waiting(pattern, timeoutMs = 30_000) {
-      const until = Date.now() + timeoutMs;
-      while (Date.now() < until) {
+      return eventually(async () => {
         const r = await watcher.query<{ query: string }>(`select query from pg_stat_activity where wait_event_type = 'Lock' and pid <> pg_backend_pid() and datname = current_database()`);
-        const hit = r.rows.find((row) => pattern.test(row.query));
-        if (hit) return hit.query;
-        await new Promise((res) => setTimeout(res, 50));
-      }
-      throw new Error(`no session waited on a lock with a query matching ${pattern} in ${timeoutMs} ms`);
+        return r.rows.find((row) => pattern.test(row.query))?.query;
+      }, `a session waiting on a lock with a query matching ${pattern}`, timeoutMs, 50);
     },
     query: (text, v) => watcher.query(text, v),
     async release(opts = {}) {

@@ -1,8 +1,11 @@
-// Drives platform jobs through the API as a client would: request, then follow the job stream.
+// Drives platform jobs through the API as a client would: request, then follow the job stream; and
+// reads what a job stored, waiting for an event of it.
 import { expect } from 'vitest';
 import type { TestApp } from '../api/app.ts';
 import { parseSse, type SseMessage } from '../shared/sse.ts';
-import type { Role } from '../../../src/db/schema.ts';
+import type { Kysely } from 'kysely';
+import { eventually } from '../shared/eventually.ts';
+import type { DB, Role } from '../../../src/db/schema.ts';
 
 export async function requestJob(t: TestApp, action: string, services?: string[], role: Role = 'operator'): Promise<string> {
   const res = await t.app.inject({
@@ -26,7 +29,8 @@ export async function followJob(t: TestApp, jobId: string, query = ''): Promise<
   return parseSse(res.body);
 }
 
-export async function runJob(t: TestApp, action: string, services?: string[]): Promise<{ jobId: string; events: SseMessage[]; finished: Record<string, unknown> }> {
+/** Requests a job as the operator and follows its stream to the `finished` event. */
+export async function requestJobAndFollow(t: TestApp, action: string, services?: string[]): Promise<{ jobId: string; events: SseMessage[]; finished: Record<string, unknown> }> {
   const jobId = await requestJob(t, action, services);
   const events = await followJob(t, jobId);
   const finished = events.at(-1)!;
@@ -35,3 +39,24 @@ export async function runJob(t: TestApp, action: string, services?: string[]): P
 }
 
 export const lines = (events: SseMessage[]) => events.filter((e) => e.event === 'output').map((e) => String(e.data.line));
+
+export interface StoredJobEvent {
+  seq: number;
+  type: string;
+  payload: Record<string, unknown>;
+}
+
+/** A job's events as stored, in order. */
+export async function storedJobEvents(db: Kysely<DB>, jobId: string): Promise<StoredJobEvent[]> {
+  return (await db.selectFrom('deployment_job_events').select(['seq', 'type', 'payload']).where('job_id', '=', jobId).orderBy('seq').execute()) as StoredJobEvent[];
+}
+
+/** Waits until one of the job's stored events matches; past the timeout, says which events it has. */
+export async function waitForJobEvent(db: Kysely<DB>, jobId: string, pred: (e: StoredJobEvent) => boolean, what: string, timeoutMs = 60_000): Promise<void> {
+  await eventually(async () => (await storedJobEvents(db, jobId)).some(pred), `job ${jobId}: ${what}`, timeoutMs, 100).catch(async (err: Error) => {
+    throw new Error(`${err.message}; events: ${JSON.stringify(await storedJobEvents(db, jobId))}`);
+  });
+}
+
+/** A predicate for waitForJobEvent: the job entered `phase`. */
+export const phaseEvent = (phase: string) => (e: StoredJobEvent) => e.type === 'phase' && e.payload.phase === phase;
