@@ -11,7 +11,7 @@ import {
 } from '../src/state/self-update.ts';
 import type { NewJobEvent } from '../src/state/job-events.ts';
 import { helperBudgetMs, HELPER_NAME } from '../src/adapters/self-update-helper.ts';
-import { abortDetail, phaseOfState, SELF_UPDATE_CHART_VERSION, selfUpdateMachine, type PreflightChanges, type SelfUpdateContext } from '../machines/self-update.machine.ts';
+import { abortedOutput, SELF_UPDATE_CHART_VERSION, selfUpdateMachine, type PreflightChanges, type SelfUpdateContext } from '../machines/self-update.machine.ts';
 import { OrderedWrites, runChart, type ChartResult } from './runtime/run-chart.ts';
 import { preflightActors, undoPreflight, type SelfUpdateDeps } from './self-update/preflight.ts';
 import { done, type ReconcileResult, type Reconciler, type RowStatus } from './runtime/reconcile.ts';
@@ -120,12 +120,11 @@ export class SelfUpdateReconciler implements Reconciler<string> {
       machine: selfUpdateMachine.provide({ actors }),
       input: { requestId: id },
       writes,
-      persist: async (snapshot) => {
+      persist: async (snapshot, state) => {
         // Each step moves the deadline the watchdog reads.
         await updateSelfUpdate(db, id, { snapshot, chartVersion: SELF_UPDATE_CHART_VERSION, hungDeadline: this.hungDeadline() });
         // A line per preflight step as the chart enters it.
-        const value = (snapshot as { value?: unknown }).value;
-        const now = typeof value === 'string' ? value : JSON.stringify(value ?? null);
+        const now = state.value;
         if (now !== step) {
           step = now;
           await say({ type: 'phase', payload: { phase: now } });
@@ -141,33 +140,29 @@ export class SelfUpdateReconciler implements Reconciler<string> {
   private async recordEnd(req: SelfUpdateView, result: PreflightResult, log: Logger): Promise<void> {
     const { db } = this.d;
     const id = req.requestId;
-    const snap = result.snapshot;
-    const state = snap.status === 'done' && typeof snap.value === 'string' ? snap.value : 'aborted';
-    const ctx = snap.context;
-    const phase = phaseOfState(state);
+    // A chart that threw has no output: the request is aborted with what its context says.
+    const end = result.snapshot.output ?? abortedOutput(result.snapshot.context);
+    const { phase } = end;
     const persisted = result.persisted;
-    if (phase === 'helper-running') {
+    if (end.phase === 'helper-running') {
       await updateSelfUpdate(db, id, {
-        phase, snapshot: persisted, chartVersion: SELF_UPDATE_CHART_VERSION, helperContainerId: ctx.helperId, helperDeadline: this.helperDeadline(),
-        detail: `the helper ${HELPER_NAME} is switching to ${ctx.target?.tag} (${ctx.target?.digest})`,
+        phase, snapshot: persisted, chartVersion: SELF_UPDATE_CHART_VERSION, helperContainerId: end.helperId, helperDeadline: this.helperDeadline(),
+        detail: `the helper ${HELPER_NAME} is switching to ${end.target.tag} (${end.target.digest})`,
       });
-      log.info({ target: ctx.target, preUpdateMigration: ctx.preUpdateMigration }, `self-update started: ${HELPER_NAME} switches to ${ctx.target?.tag}`);
+      log.info({ target: end.target, preUpdateMigration: end.preUpdateMigration }, `self-update started: ${HELPER_NAME} switches to ${end.target.tag}`);
       // While this backend lives, the outcome's reconciler watches the helper too: a helper that ends
       // without replacing it (nothing recreated) is reconciled then rather than on a boot that never comes.
       await notifySelfUpdate(db, id);
       return;
     }
-    const detail =
-      phase === 'newest' ? `already on the newest build of channel ${ctx.target?.channel} (${ctx.target?.digest})`
-      : phase === 'unresolved' ? `the target digest cannot be resolved: ${ctx.detail ?? 'unknown error'}`
-      : abortDetail(ctx);
+    const { detail } = end;
     await db.transaction().execute(async (tx) => {
       await updateSelfUpdate(tx, id, {
-        phase, snapshot: persisted, chartVersion: SELF_UPDATE_CHART_VERSION, detail, abortCode: phase === 'aborted' ? (ctx.abortCode ?? 'preflight') : null, finished: true,
+        phase, snapshot: persisted, chartVersion: SELF_UPDATE_CHART_VERSION, detail, abortCode: end.phase === 'aborted' ? end.abortCode : null, finished: true,
       });
       await finishTranscript(tx, req.jobId, { state: phase, detail, exitCode: null }, [], this.d.scrub);
     });
-    if (phase === 'aborted') log.warn({ step: ctx.failedStep }, `self-update aborted: ${detail}`);
+    if (end.phase === 'aborted') log.warn({ step: end.failedStep }, `self-update aborted: ${detail}`);
     else log.info(`self-update not started: ${detail}`);
   }
 

@@ -7,7 +7,7 @@ import { createActor, fromPromise, waitFor, type AnyStateMachine, type EventObje
 import { getAdjacencyMap, getShortestPaths, getSimplePaths } from 'xstate/graph';
 import {
   abortDetail, phaseOfState, selfUpdateMachine,
-  type PreflightChanges, type RecordActionInput, type ResolvedTarget, type RunningImage, type UndoInput, type UpdateTarget,
+  type PreflightChanges, type RecordActionInput, type ResolvedTarget, type RunningImage, type SelfUpdateOutput, type UndoInput, type UpdateTarget,
 } from '../../machines/self-update.machine.ts';
 import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/sim/chart.ts';
 
@@ -153,6 +153,27 @@ describe('self-update chart', () => {
       }
       actor.stop();
     }
+  });
+
+  it('outputs how the request ends on every path that ends, and nothing on one that does not', () => {
+    const ends = new Set<string>();
+    for (const p of paths) {
+      const events = p.steps.map((s) => s.event).filter((e) => e.type !== 'xstate.init');
+      const actor = createActor(simulated(), { input: INPUT }).start();
+      for (const e of events) actor.send(e);
+      const snap = actor.getSnapshot();
+      const want = model(events);
+      const label = events.map((e) => e.type.replace('xstate.', '')).join(' > ');
+      const output = snap.output as SelfUpdateOutput | undefined;
+      if (want.state === 'helperRunning') expect(output, label).toEqual({ phase: 'helper-running', target: newer, helperId: 'helper-container-id', preUpdateMigration: '0002_self_update' });
+      else if (want.state === 'newest') expect(output, label).toEqual({ phase: 'newest', target: same, detail: 'already on the newest build of channel dev (sha256:old)' });
+      else if (want.state === 'unresolved') expect(output, label).toEqual({ phase: 'unresolved', detail: `the target digest cannot be resolved: ${want.failedStep && events.at(-1)!.type.startsWith('xstate.after') ? HUNG : 'registry unreachable'}` });
+      else if (want.state === 'aborted') expect(output, label).toEqual({ phase: 'aborted', detail: abortDetail(snap.context), abortCode: want.abortCode, failedStep: want.failedStep });
+      else expect(output, label).toBeUndefined();
+      if (output) ends.add(output.phase);
+      actor.stop();
+    }
+    expect([...ends].sort()).toEqual(['aborted', 'helper-running', 'newest', 'unresolved']);
   });
 
   it('stops at `newest` when the running digest is the target, before any preflight step', () => {
