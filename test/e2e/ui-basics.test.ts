@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Page } from 'playwright-core';
 import { startTestApp, PASSWORDS, type TestApp } from '../helpers/api/app.ts';
-import { axeViolations, describeViolations, ensureUiBuilt, launchChromium, newPage, shoot, signIn, useToken, type PageGlobals } from '../helpers/e2e/ui.ts';
+import { axeViolations, describeViolations, ensureUiBuilt, launchChromium, newPage, pageClock, shoot, signIn, useToken, type PageGlobals } from '../helpers/e2e/ui.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { recordFinished, recordStarted } from '../../src/state/actions.ts';
 
@@ -310,61 +310,50 @@ describe('UI basics', () => {
         counts.set(p, (counts.get(p) ?? 0) + 1);
       });
       const n = (p: string) => counts.get(p) ?? 0;
-      // Requests sent and not yet answered: the page schedules its next poll only once an answer
-      // is in, so the test lets the page's time move only when none is outstanding.
-      let inflight = 0;
-      page.on('request', () => void inflight++);
-      page.on('requestfinished', () => void inflight--);
-      page.on('requestfailed', () => void inflight--);
-      const runFor = async (ms: number) => {
-        await poll(() => inflight).toBe(0);
-        await new Promise((r) => setTimeout(r, 200)); // the page's own handling of the answers
-        await page.clock.runFor(ms);
-      };
+      // The page schedules its next poll only once an answer is in: its time moves only when no
+      // request is outstanding.
+      const clock = pageClock(page);
       await page.route('**/api/system/self-update-check', (route) =>
         route.fulfill({ json: { updateAvailable: false, currentDigest: null, remoteDigest: null, composeChanged: false, lastUpdate: { status: null, detail: null, at: null, targetDigest: null } } }),
       );
       const setHidden = (h: boolean) => page.evaluate((v) => (globalThis as unknown as { __setHidden: (h: boolean) => void }).__setHidden(v), h);
-      // The page's time is paused and moves only with runFor(), however slow the machine is: a
+      // The page's time is paused and moves only with clock.runFor(), however slow the machine is: a
       // page whose time flowed could poll again before the counts below are read.
       const t0 = Date.now();
       await page.clock.install({ time: t0 });
-      await page.clock.pauseAt(t0 + 1_000);
+      await clock.pauseAt(t0 + 1_000);
       await page.goto(`${base}/`);
       const heading = page.getByRole('heading', { name: 'Platform status' });
-      for (let i = 0; i < 100 && !(await heading.isVisible()); i++) await page.clock.runFor(10);
+      for (let i = 0; i < 100 && !(await heading.isVisible()); i++) await clock.runFor(10);
       await heading.waitFor();
       const STATUS = '/api/deployment/status';
       const JOBS = '/api/deployment/jobs';
       const CHECK = '/api/system/self-update-check';
       // Effects run on animation frames and timers: let the paused page take its first steps
       // (well under the 5 s of a poll), then the first request of each must have gone out.
-      for (let i = 0; i < 100 && [n(STATUS), n(JOBS), n(CHECK)].join() !== '1,1,1'; i++) {
-        await page.clock.runFor(20);
-        await new Promise((r) => setTimeout(r, 20));
-      }
+      for (let i = 0; i < 100 && [n(STATUS), n(JOBS), n(CHECK)].join() !== '1,1,1'; i++) await clock.runFor(20);
       await poll(() => [n(STATUS), n(JOBS), n(CHECK)]).toEqual([1, 1, 1]);
 
       // Visible: every 5 s.
-      await runFor(5_000);
+      await clock.runFor(5_000);
       await poll(() => [n(STATUS), n(JOBS)]).toEqual([2, 2]);
 
       // Hidden: nothing for a long while, not even the 30-minute update check.
       await setHidden(true);
-      await runFor(31 * 60_000);
+      await clock.runFor(31 * 60_000);
       await new Promise((r) => setTimeout(r, 500));
       expect([n(STATUS), n(JOBS), n(CHECK)]).toEqual([2, 2, 1]);
 
       // Shown again: everything refreshes at once, then the rhythm resumes.
       await setHidden(false);
       await poll(() => [n(STATUS), n(JOBS), n(CHECK)]).toEqual([3, 3, 2]);
-      await runFor(5_000);
+      await clock.runFor(5_000);
       await poll(() => [n(STATUS), n(JOBS)]).toEqual([4, 4]);
 
       // Hidden between two polls: the pending one is dropped, and it comes when the tab is shown.
-      await runFor(2_000);
+      await clock.runFor(2_000);
       await setHidden(true);
-      await runFor(10_000);
+      await clock.runFor(10_000);
       await new Promise((r) => setTimeout(r, 500));
       expect([n(STATUS), n(JOBS)]).toEqual([4, 4]);
       await setHidden(false);
@@ -372,13 +361,10 @@ describe('UI basics', () => {
 
       // The machine state page polls on the same terms.
       await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Machine state' }).click();
-      for (let i = 0; i < 100 && n('/api/machines') === 0; i++) {
-        await page.clock.runFor(20);
-        await new Promise((r) => setTimeout(r, 20));
-      }
+      for (let i = 0; i < 100 && n('/api/machines') === 0; i++) await clock.runFor(20);
       await poll(() => n('/api/machines')).toBe(1);
       await setHidden(true);
-      await runFor(20_000);
+      await clock.runFor(20_000);
       await new Promise((r) => setTimeout(r, 500));
       expect(n('/api/machines')).toBe(1);
       await setHidden(false);

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import type { Browser, Page, Route } from 'playwright-core';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
-import { ensureUiBuilt, launchChromium, newPage, shoot, useToken } from '../helpers/e2e/ui.ts';
+import { ensureUiBuilt, launchChromium, newPage, pageClock, shoot, useToken, type PageClock } from '../helpers/e2e/ui.ts';
 import { finishJob } from '../../src/state/jobs.ts';
 import { INSTANCE_HEADER } from '../../src/contracts/instance.ts';
 
@@ -24,7 +24,6 @@ let t: TestApp;
 let base: string;
 let browser: Browser;
 const poll = <T>(fn: () => T | Promise<T>, timeout = 15_000) => expect.poll(fn, { timeout, interval: 50 });
-const settle = () => new Promise((r) => setTimeout(r, 300));
 
 beforeAll(async () => {
   ensureUiBuilt();
@@ -41,8 +40,8 @@ afterAll(async () => {
 
 interface Stand {
   checks: number;
-  /** Checks the stand-in has taken and not yet answered (or refused). */
-  checksInFlight: number;
+  /** The page's clock: every move waits for the page's requests to be answered, before and after. */
+  clock: PageClock;
   health: { at: number }[];
   /** What GET /api/health does now. */
   healthUp: boolean;
@@ -59,7 +58,7 @@ interface Stand {
 async function standIn(page: Page, opts: { realStart?: boolean } = {}): Promise<Stand> {
   const s: Stand = {
     checks: 0,
-    checksInFlight: 0,
+    clock: pageClock(page),
     health: [],
     healthUp: true,
     instance: null,
@@ -73,13 +72,8 @@ async function standIn(page: Page, opts: { realStart?: boolean } = {}): Promise<
   });
   await page.route('**/api/system/self-update-check', async (route: Route) => {
     s.checks++;
-    s.checksInFlight++;
-    try {
-      if (s.checkUp) await route.fulfill({ json: s.check });
-      else await route.abort('connectionrefused');
-    } finally {
-      s.checksInFlight--;
-    }
+    if (s.checkUp) await route.fulfill({ json: s.check });
+    else await route.abort('connectionrefused');
   });
   if (!opts.realStart) {
     await page.route('**/api/system/self-update', async (route: Route) => {
@@ -110,29 +104,12 @@ async function openApp(page: Page, s: Stand, path = '/') {
 
 /** Confirms the update in the dialog with the clock paused: from here on, time moves only when the test says. */
 async function startUpdate(page: Page, s: Stand): Promise<number> {
-  await page.clock.pauseAt(T0 + MIN);
+  await s.clock.pauseAt(T0 + MIN);
   await page.getByTestId('update-pill').click();
   await page.getByTestId('update-dialog').getByRole('button', { name: 'Update now' }).click();
   await page.getByTestId('update-overlay').waitFor();
   expect(s.starts).toBe(1);
   return page.evaluate(() => Date.now());
-}
-
-/**
- * Waits until every check the page sent has reached the stand-in and been answered, and the page
- * has taken the answer in (its next timer set): what a moved clock sets off must be over before the
- * test counts checks or moves the clock again.
- */
-async function answered(s: Stand) {
-  await settle();
-  await poll(() => s.checksInFlight).toBe(0);
-  await settle();
-}
-
-/** Advances the page clock and waits for what that set off (a health request) to be answered. */
-async function advance(page: Page, ms: number) {
-  await page.clock.runFor(ms);
-  await settle();
 }
 
 describe('update pill', () => {
@@ -146,16 +123,16 @@ describe('update pill', () => {
       expect(await page.getByTestId('update-pill').count()).toBe(0);
       // The next check is due 30 minutes after load, not before.
       s.check = { ...s.check, updateAvailable: true };
-      await page.clock.pauseAt(T0 + MIN);
-      await advance(page, 28 * MIN);
+      await s.clock.pauseAt(T0 + MIN);
+      await s.clock.runFor(28 * MIN);
       expect(s.checks).toBe(1);
       expect(await page.getByTestId('update-pill').count()).toBe(0);
-      await advance(page, 2 * MIN);
+      await s.clock.runFor(2 * MIN);
       await poll(() => s.checks).toBe(2);
       const pill = page.getByTestId('update-pill');
       await poll(() => pill.textContent()).toContain('Manager update available');
       expect(await pill.getAttribute('title')).toBe(`Current: ${CURRENT}\nRemote: ${REMOTE}`);
-      await advance(page, 30 * MIN);
+      await s.clock.runFor(30 * MIN);
       await poll(() => s.checks).toBe(3);
       await page.clock.resume();
       await pill.hover();
@@ -188,22 +165,21 @@ describe('update pill', () => {
       expect(await page.getByTestId('last-update').textContent()).toContain('never updated');
       // Pausing jumps the clock past the retries due meanwhile; the check they send may still be in
       // flight. Once every check is answered, the one retry due is 5 s after the pause.
-      await page.clock.pauseAt(T0 + MIN);
-      await answered(s);
+      await s.clock.pauseAt(T0 + MIN);
       const before = s.checks;
-      await advance(page, 4_999);
+      await s.clock.runFor(4_999);
       expect(s.checks).toBe(before);
-      await advance(page, 1);
+      await s.clock.runFor(1);
       await poll(() => s.checks).toBe(before + 1);
-      await answered(s);
+      await s.clock.settled();
       s.checkUp = true;
       s.check = { ...s.check, lastUpdate: { status: 'rolled-back', detail: 'the new build never became healthy', at: new Date(T0).toISOString(), targetDigest: REMOTE } };
-      await advance(page, 5_000);
+      await s.clock.runFor(5_000);
       await poll(() => s.checks).toBe(before + 2);
       await poll(() => page.getByTestId('last-update').textContent()).toContain('rolled-back');
-      await answered(s);
+      await s.clock.settled();
       // Answered: the next check is the scheduled one, not another 5 s retry.
-      await advance(page, 10 * MIN);
+      await s.clock.runFor(10 * MIN);
       expect(s.checks).toBe(before + 2);
     } finally {
       await context.close();
@@ -221,21 +197,21 @@ describe('restart overlay', () => {
       const started = await startUpdate(page, s);
       expect(s.health).toHaveLength(0);
       // Nothing before the first interval is over …
-      await advance(page, 2_999);
+      await s.clock.runFor(2_999);
       expect(s.health).toHaveLength(0);
       // … then one request per 3 s, at 3 s, 6 s, …: the old backend still answers at first.
-      await advance(page, 1);
+      await s.clock.runFor(1);
       await poll(() => s.health.length).toBe(1);
-      await advance(page, 2_999);
+      await s.clock.runFor(2_999);
       expect(s.health).toHaveLength(1);
-      await advance(page, 1);
+      await s.clock.runFor(1);
       await poll(() => s.health.length).toBe(2);
       // Health fails: the backend is restarting. No reload while it is down.
       s.healthUp = false;
-      await advance(page, 3_000);
+      await s.clock.runFor(3_000);
       await poll(() => s.health.length).toBe(3);
       await poll(() => page.getByTestId('overlay-last').textContent()).toBe('no answer: the installer is restarting');
-      await advance(page, 3_000);
+      await s.clock.runFor(3_000);
       await poll(() => s.health.length).toBe(4);
       expect(s.health.map((h) => h.at - started)).toEqual([3_000, 6_000, 9_000, 12_000]);
       expect(s.documents).toBe(1);
@@ -244,7 +220,7 @@ describe('restart overlay', () => {
       // Back: the page reloads at the first healthy answer after the gap.
       s.healthUp = true;
       s.check = { ...s.check, updateAvailable: false, currentDigest: REMOTE, lastUpdate: { status: 'completed', detail: `updated to prod-latest (${REMOTE}) from ${CURRENT}`, at: new Date(T0 + 2 * MIN).toISOString(), targetDigest: REMOTE } };
-      await advance(page, 3_000);
+      await s.clock.runFor(3_000);
       await poll(() => s.documents).toBe(2);
       expect(s.health).toHaveLength(5);
       await page.clock.resume();
@@ -279,14 +255,14 @@ describe('restart overlay', () => {
 
   it('a switch between two polls shows as another process answering: it reloads at that answer', async () => {
     await confirmedAs('old-backend', async (page, s, started) => {
-      await advance(page, 3_000);
+      await s.clock.runFor(3_000);
       await poll(() => s.health.length).toBe(1);
-      await advance(page, 3_000);
+      await s.clock.runFor(3_000);
       await poll(() => s.health.length).toBe(2);
       expect(s.documents).toBe(1);
       // The old backend went and the new one came between two polls: no failed answer, another process.
       s.instance = 'new-backend';
-      await advance(page, 3_000);
+      await s.clock.runFor(3_000);
       await poll(() => s.documents).toBe(2);
       expect(s.health.map((h) => h.at - started)).toEqual([3_000, 6_000, 9_000]);
     });
@@ -296,7 +272,7 @@ describe('restart overlay', () => {
     await confirmedAs('old-backend', async (page, s, started) => {
       // The whole switch fell within the first poll interval: the first answer is already the new process.
       s.instance = 'new-backend';
-      await advance(page, 3_000);
+      await s.clock.runFor(3_000);
       await poll(() => s.documents).toBe(2);
       expect(s.health.map((h) => h.at - started)).toEqual([3_000]);
     });
@@ -306,13 +282,13 @@ describe('restart overlay', () => {
     // The same process answers every time: nothing was replaced.
     await confirmedAs('the-only-backend', async (page, s, started) => {
       for (let i = 1; i <= 6; i++) {
-        await advance(page, 3_000);
+        await s.clock.runFor(3_000);
         await poll(() => s.health.length).toBe(i);
       }
       // 18 s of healthy answers: still waiting (a restart may fall between two polls).
       expect(s.documents).toBe(1);
       expect(await page.getByTestId('update-overlay').getAttribute('data-phase')).toBe('waiting');
-      await advance(page, 3_000);
+      await s.clock.runFor(3_000);
       await poll(() => s.documents).toBe(2);
       expect(s.health.map((h) => h.at - started)).toEqual([3_000, 6_000, 9_000, 12_000, 15_000, 18_000, 21_000]);
     });
@@ -328,13 +304,13 @@ describe('restart overlay', () => {
       s.healthUp = false;
       // A minute of failing polls, at the usual cadence.
       for (let i = 1; i <= 20; i++) {
-        await page.clock.runFor(3_000);
+        await s.clock.runFor(3_000);
         await poll(() => s.health.length).toBe(i);
       }
-      await advance(page, 10 * MIN - 60_000 - 1_000);
+      await s.clock.runFor(10 * MIN - 60_000 - 1_000);
       expect(await page.getByTestId('overlay-gave-up').count()).toBe(0);
       expect(await page.getByTestId('update-overlay').getAttribute('data-phase')).toBe('waiting');
-      await advance(page, 1_000);
+      await s.clock.runFor(1_000);
       const gaveUp = page.getByTestId('overlay-gave-up');
       await poll(() => gaveUp.count()).toBe(1);
       const text = (await gaveUp.textContent()) ?? '';
@@ -345,7 +321,7 @@ describe('restart overlay', () => {
       expect(text).toContain('docker compose pull && docker compose up -d');
       // It stops polling and does not reload by itself.
       const n = s.health.length;
-      await advance(page, 5 * MIN);
+      await s.clock.runFor(5 * MIN);
       expect(s.health.length).toBe(n);
       expect(s.documents).toBe(1);
       await page.clock.resume();

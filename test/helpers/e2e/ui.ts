@@ -7,6 +7,7 @@ import path from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { NODE, ROOT } from '../shared/process.ts';
 import { PASSWORDS } from '../api/app.ts';
+import { eventually } from '../shared/eventually.ts';
 import type { Role } from '../../../src/db/schema.ts';
 
 export const CHROMIUM = '/usr/bin/chromium';
@@ -80,6 +81,59 @@ export async function signIn(page: Page, base: string, role: Role, next = '/'): 
 /** Puts a token where the app keeps it, before any page script runs (skips the form). */
 export async function useToken(context: BrowserContext, token: string): Promise<void> {
   await context.addInitScript((t) => sessionStorage.setItem('installer.token', t), token);
+}
+
+/** The page's fake clock (playwright's `page.clock`), moved only while none of the page's requests is outstanding. */
+export interface PageClock {
+  /** Requests the page has sent and not yet had answered (or failed). */
+  inFlight(): number;
+  /** Waits until every request the page sent is answered, then gives the page a moment to take the answers in. */
+  settled(): Promise<void>;
+  /** `page.clock.runFor`, between two waits for the page to settle: before, and after what the move set off. */
+  runFor(ms: number): Promise<void>;
+  /** `page.clock.pauseAt` (a jump of the clock), between the same two waits. */
+  pauseAt(time: number): Promise<void>;
+}
+
+/**
+ * One way for a test on the fake clock to move the page's time. The page schedules its next poll
+ * only once an answer is in, so time that jumps while a request is in flight could fire a timer the
+ * answer has not set yet, or count a request the move has not sent yet: every move waits for the
+ * page to settle before it, and after it for the requests it set off to be answered.
+ * Call before the page loads, so that every request is counted.
+ */
+export function pageClock(page: Page, opts: { settleMs?: number; timeoutMs?: number } = {}): PageClock {
+  const settleMs = opts.settleMs ?? 300;
+  const timeoutMs = opts.timeoutMs ?? 15_000;
+  let inFlight = 0;
+  // Requests seen to start or end; a settle that saw none since the last one has nothing to wait for.
+  let seen = 0;
+  let seenWhenSettled = -1;
+  page.on('request', () => void (inFlight++, seen++));
+  page.on('requestfinished', () => void (inFlight--, seen++));
+  page.on('requestfailed', () => void (inFlight--, seen++));
+  const pause = () => new Promise((r) => setTimeout(r, settleMs));
+  const settled = async () => {
+    if (inFlight === 0 && seen === seenWhenSettled) return;
+    await eventually(() => inFlight === 0, 'every request of the page answered', timeoutMs, 20);
+    const mark = seen;
+    await pause();
+    seenWhenSettled = mark;
+  };
+  const move = async (how: () => Promise<void>) => {
+    await settled();
+    await how();
+    // What the move set off reaches the test as requests a moment later.
+    await pause();
+    seenWhenSettled = -1;
+    await settled();
+  };
+  return {
+    inFlight: () => inFlight,
+    settled,
+    runFor: (ms) => move(() => page.clock.runFor(ms)),
+    pauseAt: (time) => move(() => page.clock.pauseAt(time)),
+  };
 }
 
 /**
