@@ -1,9 +1,10 @@
 // The self-update policy's decision: given the policy, the channel's digests, the quarantine, the
 // clock and what runs, whether to start an update now. Pure: the reconciler gathers the facts, sends
-// them as EVALUATE, and acts on the state the chart lands in (docs/update-policy.md).
-import { assign, createActor, not, setup } from 'xstate';
+// them as EVALUATE, and acts on the state the chart lands in (docs/update-policy.md). The chart is
+// the one statement of the rules: `decide` runs it as a pure transition, with no actor started.
+import { assign, initialTransition, not, setup, transition, type SnapshotFrom } from 'xstate';
 
-export const UPDATE_POLICY_CHART_VERSION = '1';
+export const UPDATE_POLICY_CHART_VERSION = '2';
 
 export type PolicyMode = 'manual' | 'notify' | 'auto';
 
@@ -109,9 +110,11 @@ export const updatePolicyMachine = setup({
   id: 'updatePolicy',
   context: { facts: null },
   initial: 'idle',
+  // Every evaluation decides again, from its facts alone, whatever was decided before.
+  on: { EVALUATE: { target: '.deciding', actions: 'remember' } },
   states: {
-    idle: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
-    // Transient: the decision is a function of the facts alone, whatever was decided before.
+    idle: {},
+    // Transient: the first guard that holds names the decision.
     deciding: {
       always: [
         { guard: 'manual', target: 'manual' },
@@ -127,22 +130,28 @@ export const updatePolicyMachine = setup({
         { target: 'starting' },
       ],
     },
-    manual: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
-    upToDate: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
-    quarantined: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
-    notifying: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
-    outsideWindow: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
-    busy: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
-    triedThisWindow: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
-    starting: { on: { EVALUATE: { target: 'deciding', actions: 'remember' } } },
+    // The decisions: each rests until the next evaluation.
+    manual: {},
+    upToDate: {},
+    quarantined: {},
+    notifying: {},
+    outsideWindow: {},
+    busy: {},
+    triedThisWindow: {},
+    starting: {},
   },
 });
 
-/** The decision for these facts: the state the chart lands in. */
-export function decide(f: PolicyFacts): PolicyDecision {
-  const actor = createActor(updatePolicyMachine).start();
-  actor.send({ type: 'EVALUATE', facts: f });
-  const value = actor.getSnapshot().value as PolicyDecision;
-  actor.stop();
+/** The decision a snapshot of the chart rests in. */
+function decisionOf(snapshot: SnapshotFrom<typeof updatePolicyMachine>): PolicyDecision {
+  const value = snapshot.value;
+  if (value === 'deciding') throw new Error('update policy chart: stopped while deciding');
   return value;
+}
+
+/** The decision for these facts: the chart's transition on EVALUATE from rest, pure (no actor). */
+export function decide(f: PolicyFacts): PolicyDecision {
+  const [rest] = initialTransition(updatePolicyMachine);
+  const [decided] = transition(updatePolicyMachine, rest, { type: 'EVALUATE', facts: f });
+  return decisionOf(decided);
 }

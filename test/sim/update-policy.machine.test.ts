@@ -95,6 +95,10 @@ describe('update policy chart', () => {
     }
   });
 
+  it('declares the evaluation once, on the chart itself: every decision rests until the next one', () => {
+    expect(declaredEdges(updatePolicyMachine).filter((e) => e.event === 'EVALUATE')).toEqual([{ from: 'updatePolicy', event: 'EVALUATE' }]);
+  });
+
   it('reads the window in UTC, including one that crosses midnight', () => {
     expect(inWindowAt(at(MON, 1, 59), WINDOW)).toBe(false);
     expect(inWindowAt(at(MON, 2), WINDOW)).toBe(true);
