@@ -11,7 +11,7 @@ export const SERIAL_E2E = [
   // The installer's stack (fixed container names).
   'audit-rows', 'compose-files', 'container-secrets', 'crash-self-update', 'crash-self-update-outcomes', 'database-backup-edges',
   'faults-database', 'https', 'platform-installer-keys', 'self-update', 'self-update-backup', 'self-update-default',
-  'self-update-restore', 'stack', 'ui-self-update', 'ui-update', 'zombies',
+  'self-update-restore', 'stack', 'ui-self-update', 'ui-update', 'update-check-live', 'zombies',
   // The self-update's helper (installer-self-updater).
   'reconcile-faults-self-update', 'self-update-helper-deadline',
   // Containers by role, engine-wide: each asserts that none of its own kind is left.

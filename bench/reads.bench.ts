@@ -1,8 +1,9 @@
 // Read latency of the endpoints the UI calls on every load, on the real rig: the installer image
 // built from this checkout, running as its own compose stack on the engine, with its channel
 // published in the local registry (as the self-update tests run it):
-// - p50/p99 of GET /api/system/self-update-check, GET /api/version and GET /api/deployment/status,
-//   each called sequentially by one client (BENCH_READS_CALLS calls each, default 100, after 5
+// - p50/p99 of GET /api/system/self-update-check (each call a new observation of the channel: the
+//   registry's digest, both compose files), GET /api/version and GET /api/deployment/status, each
+//   called sequentially by one client (BENCH_READS_CALLS calls each, default 100, after 5
 //   warm-up calls), so a figure is the time of one call, not of a queue.
 import type { Bench, Figure } from './run.ts';
 import { ensureRig } from '../test/helpers/e2e/rig.ts';
@@ -10,7 +11,10 @@ import { Images, startInstaller, type InstallerUnderTest } from '../test/helpers
 
 const CALLS = Number(process.env.BENCH_READS_CALLS ?? 100);
 const WARMUP = 5;
-const ENDPOINTS = ['/api/system/self-update-check', '/api/version', '/api/deployment/status'];
+const CHECK = '/api/system/self-update-check';
+/** The fresh update check's p50 against the local registry (issue "Verified before it runs"). */
+const CHECK_GOAL_MS = 200;
+const ENDPOINTS = [CHECK, '/api/version', '/api/deployment/status'];
 
 const quantile = (xs: number[], q: number) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -43,7 +47,10 @@ const bench: Bench = async (log) => {
     const figures: Figure[] = [];
     for (const p of ENDPOINTS) {
       const times = await timeCalls(i, p);
-      figures.push({ name: `GET ${p} p50`, value: quantile(times, 0.5), unit: 'ms' });
+      const p50 = quantile(times, 0.5);
+      // Every check observes the channel anew: the registry, the engine and the local compose
+      // file stand behind this figure (docs/adr/0049-live-update-check.md).
+      figures.push({ name: `GET ${p} p50`, value: p50, unit: 'ms', ...(p === CHECK ? { goal: `≤ ${CHECK_GOAL_MS} ms`, ok: p50 <= CHECK_GOAL_MS } : {}) });
       figures.push({ name: `GET ${p} p99`, value: quantile(times, 0.99), unit: 'ms' });
     }
     return figures;

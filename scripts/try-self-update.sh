@@ -64,9 +64,6 @@ if ! docker inspect installer-backend >/dev/null 2>&1; then
       -e "s|^INSTALLER_WORK_DIR=.*|INSTALLER_WORK_DIR=$work|" \
       -e "s|^#POSTGRES_IMAGE=.*|POSTGRES_IMAGE=installer-rig/postgres:15|" \
       "$root/deploy/.env.example" >"$work/.env"
-  # The try-out publishes builds and expects the UI to offer them at once: the check reads the
-  # channel afresh on every load instead of trusting an observation up to 5 minutes old.
-  echo "OBSERVED_CHANNEL_MAX_AGE_SECONDS=0" >>"$work/.env"
   chmod 600 "$work/.env"
   (cd "$work" && docker compose up -d --wait --wait-timeout 180 backend)
 fi

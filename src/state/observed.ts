@@ -180,26 +180,82 @@ export async function readFresh<K extends ObservedKey>(db: Kysely<DB>, key: K, n
  * observer serves every generation requested before its observation began. `fresh` is false when
  * the wait ran out; `row` is then what was there (older than the request, or null).
  */
-export async function observeNow<K extends ObservedKey>(db: Kysely<DB>, key: K, waitMs: number): Promise<{ row: ObservedRow<K> | null; fresh: boolean }> {
-  return refreshAndWait(db, key, waitMs, () => false);
+export async function observeNow<K extends ObservedKey>(
+  db: Kysely<DB>,
+  key: K,
+  waitMs: number,
+  writes?: ObservedWrites,
+): Promise<{ row: ObservedRow<K> | null; fresh: boolean }> {
+  return refreshAndWait(db, key, waitMs, () => false, writes);
 }
+
+/** The reader's pause between two looks at the row: until the observer writes it, or `ms`. */
+type Pause = (key: ObservedKey, ms: number) => Promise<void>;
 
 async function refreshAndWait<K extends ObservedKey>(
   db: Kysely<DB>,
   key: K,
   waitMs: number,
   servesAnyway: (row: ObservedRow<K>) => boolean,
+  writes?: ObservedWrites,
 ): Promise<{ row: ObservedRow<K> | null; fresh: boolean }> {
+  // Heard before the request is written, so that no write after it goes unheard.
+  // Without the writes heard (none given, or the LISTEN failed), the row is polled, ever slower.
+  const heard = writes ? await writes.pause().catch(() => null) : null;
+  const pause: Pause = heard ?? ((_key, ms) => sleep(ms).then(() => undefined));
   const wanted = await requestRefresh(db, key);
   const deadline = Date.now() + waitMs;
-  let delay = 10;
+  // Woken by the write, the row is looked at again at once; the timed looks catch a missed NOTIFY.
+  let delay = heard ? 250 : 10;
   for (;;) {
     const now = await readObserved(db, key);
     if (now && now.observedGeneration >= wanted) return { row: now, fresh: true };
     if (now && servesAnyway(now)) return { row: now, fresh: false };
     if (Date.now() >= deadline) return { row: now, fresh: false };
-    await sleep(Math.min(delay, Math.max(1, deadline - Date.now())));
-    delay = Math.min(delay * 2, 100);
+    await pause(key, Math.min(delay, Math.max(1, deadline - Date.now())));
+    delay = heard ? 250 : Math.min(delay * 2, 100);
+  }
+}
+
+/**
+ * The observer's writes as they happen (NOTIFY on OBSERVED_WRITTEN_CHANNEL), for readers that wait
+ * for an observation: they look at the row when it is written instead of at timed intervals. One
+ * LISTEN for the process, opened at the first wait.
+ */
+export class ObservedWrites {
+  private readonly waiting = new Set<{ key: ObservedKey; wake: () => void }>();
+  private listening: Promise<() => Promise<void>> | null = null;
+
+  constructor(private readonly listen: (channel: string, onNotify: (payload: string) => void) => Promise<() => Promise<void>>) {}
+
+  /** Listens (once), then answers the pause a waiting reader takes between its looks. */
+  async pause(): Promise<Pause> {
+    this.listening ??= this.listen(OBSERVED_WRITTEN_CHANNEL, (key) => {
+      for (const w of this.waiting) if (w.key === key) w.wake();
+    }).catch((err: unknown) => {
+      this.listening = null;
+      throw err;
+    });
+    await this.listening;
+    return (key, ms) =>
+      new Promise<void>((resolve) => {
+        const w = {
+          key,
+          wake: () => {
+            clearTimeout(timer);
+            this.waiting.delete(w);
+            resolve();
+          },
+        };
+        const timer = setTimeout(w.wake, ms);
+        this.waiting.add(w);
+      });
+  }
+
+  async close(): Promise<void> {
+    const unlisten = await this.listening?.catch(() => null);
+    this.listening = null;
+    await unlisten?.();
   }
 }
 

@@ -7,7 +7,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
 import { TEST_SECRETS } from '../helpers/api/app.ts';
-import { observeNow, readObserved, requestRefresh } from '../../src/state/observed.ts';
+import { sql } from 'kysely';
+import { OBSERVED_WRITTEN_CHANNEL, ObservedWrites, observeNow, readObserved, requestRefresh } from '../../src/state/observed.ts';
 import { createTestDatabase } from '../helpers/shared/db.ts';
 
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy' };
@@ -108,6 +109,25 @@ describe('observeNow', () => {
       expect(row!.requestedGeneration).toBeGreaterThan(row!.observedGeneration);
       expect(await requestRefresh(d, 'channel')).toBe(row!.requestedGeneration + 1);
     } finally {
+      await db.drop();
+    }
+  });
+
+  it('ObservedWrites: a waiting reader is woken by the write of its key, not by another key\'s', async () => {
+    const db = await createTestDatabase();
+    const writes = new ObservedWrites((channel, onNotify) => db.database.listen(channel, onNotify));
+    try {
+      const pause = await writes.pause();
+      let woken = false;
+      const waiting = pause('channel', 60_000).then(() => (woken = true));
+      await sql`select pg_notify(${OBSERVED_WRITTEN_CHANNEL}, 'platform')`.execute(db.database.db);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(woken).toBe(false);
+      await sql`select pg_notify(${OBSERVED_WRITTEN_CHANNEL}, 'channel')`.execute(db.database.db);
+      await waiting; // within the test's timeout, far below the 60 s pause
+      expect(woken).toBe(true);
+    } finally {
+      await writes.close();
       await db.drop();
     }
   });

@@ -5,7 +5,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { ageFields, CHANNEL_CHECK_WAIT_MS } from '../observed-reads.ts';
-import { ageOf, observeNow, readObserved } from '../../state/observed.ts';
+import { ageOf, observeNow, ObservedWrites, readObserved } from '../../state/observed.ts';
 import { failedTargetWarning, getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, withdrawUnclaimed, type SelfUpdateView } from '../../state/self-update.ts';
 import { AppError, badRequest, conflict, unavailable } from '../../errors.ts';
 import { INSTANCE_HEADER } from '../../contracts/instance.ts';
@@ -44,6 +44,9 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
   const { database, settings } = app.deps;
   const db = database.db;
+  // The checks wait for the observer's write of the channel: heard, not polled.
+  const writes = new ObservedWrites((channel, onNotify) => database.listen(channel, onNotify));
+  app.addHook('onClose', () => writes.close());
 
   app.get(
     '/api/system/self-update-check',
@@ -59,7 +62,7 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
       // A new observation of the channel for every check, shared with the checks arriving with it:
       // the API touches no registry, engine or compose file itself (docs/adr/0023-observed-state.md),
       // and what it answers is never older than the question (docs/adr/0049-live-update-check.md).
-      const [{ row, fresh }, last] = await Promise.all([observeNow(db, 'channel', CHANNEL_CHECK_WAIT_MS), lastUpdate(db)]);
+      const [{ row, fresh }, last] = await Promise.all([observeNow(db, 'channel', CHANNEL_CHECK_WAIT_MS, writes), lastUpdate(db)]);
       if (!fresh) {
         // Nothing answered in time: what an older observation said is not served as the answer.
         const installer = await readObserved(db, 'installer');

@@ -1,8 +1,9 @@
 // Registries that fail in the ways a real one can, on 127.0.0.1 free ports: nothing listening,
 // a server that accepts and never answers, and servers answering garbage (a 500 with a non-JSON
-// body, a 200 with a body that is not a registry's, bytes that are not HTTP).
+// body, a 200 with a body that is not a registry's, bytes that are not HTTP); and a door in front of
+// the real registry that a test shuts and opens.
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
-import { createServer as createTcpServer, type Server as TcpServer, type Socket } from 'node:net';
+import { connect, createServer as createTcpServer, type Server as TcpServer, type Socket } from 'node:net';
 import { freePort } from './rig.ts';
 
 export interface FakeRegistry {
@@ -81,4 +82,56 @@ export async function garbageRegistry(): Promise<FakeRegistry> {
   const r = tracked(server, 'garbage bytes', 0);
   const port = await listen(server);
   return { ...r, address: `127.0.0.1:${port}` };
+}
+
+/**
+ * A door in front of a real registry (`target`, the rig's): a TCP relay on a port of its own that
+ * the test shuts (connections refused, as from a registry that went away) and opens again on the
+ * same port. What passes through is the real registry's, byte for byte.
+ */
+export interface RegistryDoor {
+  /** `127.0.0.1:<port>`: a registry host for INSTALLER_REGISTRY and image references. */
+  address: string;
+  shut(): Promise<void>;
+  open(): Promise<void>;
+}
+
+export async function registryDoor(target: string): Promise<RegistryDoor> {
+  const [targetHost, targetPort] = [target.slice(0, target.lastIndexOf(':')), Number(target.slice(target.lastIndexOf(':') + 1))];
+  const port = await freePort();
+  let server: TcpServer | null = null;
+  const sockets = new Set<Socket>();
+  const track = (s: Socket) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+    s.on('error', () => {});
+  };
+  const door: RegistryDoor = {
+    address: `127.0.0.1:${port}`,
+    async open() {
+      if (server) return;
+      const relay = createTcpServer((client) => {
+        const upstream = connect(targetPort, targetHost);
+        track(client);
+        track(upstream);
+        client.pipe(upstream).pipe(client);
+        client.on('close', () => upstream.destroy());
+        upstream.on('close', () => client.destroy());
+      });
+      await new Promise<void>((resolve, reject) => {
+        relay.once('error', reject);
+        relay.listen(port, '127.0.0.1', () => resolve());
+      });
+      server = relay;
+    },
+    async shut() {
+      const s = server;
+      server = null;
+      if (!s) return;
+      for (const c of sockets) c.destroy();
+      await new Promise<void>((resolve) => s.close(() => resolve()));
+    },
+  };
+  await door.open();
+  return door;
 }
