@@ -116,6 +116,16 @@ const simulated = (): AnyStateMachine =>
 
 const INPUT = { requestId: 'r-1' };
 
+/** A generated path replayed on a live actor: where it ends, and what the model says of it. */
+function replayed(p: { steps: readonly { event: EventObject }[] }) {
+  const events = p.steps.map((s) => s.event).filter((e) => e.type !== 'xstate.init');
+  const actor = createActor(simulated(), { input: INPUT }).start();
+  for (const e of events) actor.send(e);
+  const snap = actor.getSnapshot();
+  actor.stop();
+  return { events, snap, want: model(events), label: events.map((e) => e.type.replace('xstate.', '')).join(' > ') };
+}
+
 describe('self-update chart', () => {
   const paths = [...getShortestPaths(simulated(), { input: INPUT, events: EVENTS }), ...getSimplePaths(simulated(), { input: INPUT, events: EVENTS })];
 
@@ -134,12 +144,7 @@ describe('self-update chart', () => {
 
   it('agrees with the model on every generated path, replayed on a live actor', () => {
     for (const p of paths) {
-      const events = p.steps.map((s) => s.event).filter((e) => e.type !== 'xstate.init');
-      const actor = createActor(simulated(), { input: INPUT }).start();
-      for (const e of events) actor.send(e);
-      const snap = actor.getSnapshot();
-      const want = model(events);
-      const label = events.map((e) => e.type.replace('xstate.', '')).join(' > ');
+      const { snap, want, label } = replayed(p);
       expect(snap.value, label).toBe(want.state);
       expect(snap.context.failedStep, label).toBe(want.failedStep);
       expect(snap.context.abortCode, label).toBe(want.abortCode);
@@ -151,19 +156,13 @@ describe('self-update chart', () => {
         expect(snap.context.actionId).toBe('7');
         expect(snap.context.preUpdateMigration).toBe('0002_self_update');
       }
-      actor.stop();
     }
   });
 
   it('outputs how the request ends on every path that ends, and nothing on one that does not', () => {
     const ends = new Set<string>();
     for (const p of paths) {
-      const events = p.steps.map((s) => s.event).filter((e) => e.type !== 'xstate.init');
-      const actor = createActor(simulated(), { input: INPUT }).start();
-      for (const e of events) actor.send(e);
-      const snap = actor.getSnapshot();
-      const want = model(events);
-      const label = events.map((e) => e.type.replace('xstate.', '')).join(' > ');
+      const { events, snap, want, label } = replayed(p);
       const output = snap.output as SelfUpdateOutput | undefined;
       if (want.state === 'helperRunning') expect(output, label).toEqual({ phase: 'helper-running', target: newer, helperId: 'helper-container-id', preUpdateMigration: '0002_self_update' });
       else if (want.state === 'newest') expect(output, label).toEqual({ phase: 'newest', target: same, detail: 'already on the newest build of channel dev (sha256:old)' });
@@ -171,7 +170,6 @@ describe('self-update chart', () => {
       else if (want.state === 'aborted') expect(output, label).toEqual({ phase: 'aborted', detail: abortDetail(snap.context), abortCode: want.abortCode, failedStep: want.failedStep });
       else expect(output, label).toBeUndefined();
       if (output) ends.add(output.phase);
-      actor.stop();
     }
     expect([...ends].sort()).toEqual(['aborted', 'helper-running', 'newest', 'unresolved']);
   });
