@@ -17,10 +17,10 @@ import { enqueueNotification } from '../src/state/notifications.ts';
 import { settleDowntime } from '../src/state/update-history.ts';
 import { type SelfUpdateEngine } from '../src/adapters/self-update.ts';
 import { HELPER_NAME } from '../src/adapters/self-update-helper.ts';
+import { BOOT_RECONCILE_CHART_VERSION, bootReconcileMachine, type RepointInput } from '../machines/boot-reconcile.machine.ts';
 import {
-  BOOT_RECONCILE_CHART_VERSION, bootReconcileMachine, CHANGED_SCHEMA, helperReason, restoreCommand,
-  type HelperOutcome, type PendingUpdate, type RepointInput, type RepointResult, type RunningNow, type Verdict,
-} from '../machines/boot-reconcile.machine.ts';
+  CHANGED_SCHEMA, helperReason, restoreCommand, type HelperOutcome, type PendingUpdate, type RepointResult, type RunningNow, type Verdict,
+} from '../machines/self-update-outcome.machine.ts';
 import { OrderedWrites, runChart } from './runtime/run-chart.ts';
 import { done, type ReconcileResult, type Reconciler } from './runtime/reconcile.ts';
 

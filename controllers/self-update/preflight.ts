@@ -22,7 +22,7 @@ import { BACKEND_SERVICE, helperSpec, HELPER_NAME } from '../../src/adapters/sel
 import { sha256Of } from '../../src/adapters/compose-source.ts';
 import type { PreflightChanges, RecordActionInput, RecordedAction, ResolvedTarget, RunningImage, UndoInput, UpdateTarget } from '../../machines/self-update.machine.ts';
 import { alarmedBackups } from '../../src/state/backup-alarms.ts';
-import { CHANGED_SCHEMA } from '../../machines/boot-reconcile.machine.ts';
+import { CHANGED_SCHEMA } from '../../machines/self-update-outcome.machine.ts';
 
 export interface SelfUpdateDeps {
   db: Kysely<DB>;

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
 import { TEST_SECRETS } from '../helpers/api/app.ts';
 import { alarmedBackups } from '../../src/state/backup-alarms.ts';
-import { CHANGED_SCHEMA, changedSchemaDetail } from '../../machines/boot-reconcile.machine.ts';
+import { CHANGED_SCHEMA, changedSchemaDetail } from '../../machines/self-update-outcome.machine.ts';
 import type { DB } from '../../src/db/schema.ts';
 
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy' };

@@ -25,7 +25,7 @@ import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { enqueueNotification } from '../../src/state/notifications.ts';
 import { pruneExpired } from '../../src/state/retention.ts';
 import { retryDelayMs } from '../../controllers/notifications.ts';
-import { notificationOf } from '../../machines/boot-reconcile.machine.ts';
+import { notificationOf } from '../../machines/self-update-outcome.machine.ts';
 
 let t: TestApp;
 let admin: string;

@@ -4,7 +4,8 @@
 // first: its guard fires the guard's minutes after the deadline.
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, SimulatedClock, type EventObject } from 'xstate';
-import { bootReconcileMachine, helperWaitMs, type HelperOutcome, type PendingUpdate, type RunningNow } from '../../machines/boot-reconcile.machine.ts';
+import { bootReconcileMachine, helperWaitMs } from '../../machines/boot-reconcile.machine.ts';
+import type { HelperOutcome, PendingUpdate, RunningNow } from '../../machines/self-update-outcome.machine.ts';
 
 const pending: PendingUpdate = {
   requestId: 'r-1', actionId: '7', targetTag: 'dev-latest', targetDigest: 'sha256:new', targetImageId: 'img-new',

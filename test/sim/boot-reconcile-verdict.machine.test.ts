@@ -5,10 +5,8 @@
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, SimulatedClock, type AnyStateMachine, type EventObject } from 'xstate';
 import { getShortestPaths, getSimplePaths } from 'xstate/graph';
-import {
-  bootReconcileMachine, CHANGED_SCHEMA,
-  type BootReconcileOutput, type HelperOutcome, type PendingUpdate, type RepointInput, type RepointOrder, type RunningNow, type Verdict,
-} from '../../machines/boot-reconcile.machine.ts';
+import { bootReconcileMachine, type BootReconcileOutput, type RepointInput } from '../../machines/boot-reconcile.machine.ts';
+import { CHANGED_SCHEMA, type HelperOutcome, type PendingUpdate, type RepointOrder, type RunningNow, type Verdict } from '../../machines/self-update-outcome.machine.ts';
 
 const pending: PendingUpdate = {
   requestId: 'r-1', actionId: '7', targetTag: 'dev-latest', targetDigest: 'sha256:new', targetImageId: 'img-new',

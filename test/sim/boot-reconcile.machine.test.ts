@@ -3,10 +3,11 @@
 import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, SimulatedClock, type AnyStateMachine, type EventObject } from 'xstate';
 import { getAdjacencyMap, getShortestPaths, getSimplePaths } from 'xstate/graph';
+import { bootReconcileMachine, type ReconcileInput } from '../../machines/boot-reconcile.machine.ts';
 import {
-  bootReconcileMachine, CHANGED_SCHEMA, helperReason, outcomeDetail, phaseOfOutcome, undecidedDetail,
-  type HelperOutcome, type PendingUpdate, type ReconcileInput, type ReconcileOutcome, type RunningNow,
-} from '../../machines/boot-reconcile.machine.ts';
+  CHANGED_SCHEMA, helperReason, outcomeDetail, phaseOfOutcome, undecidedDetail,
+  type HelperOutcome, type PendingUpdate, type ReconcileOutcome, type RunningNow,
+} from '../../machines/self-update-outcome.machine.ts';
 import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/sim/chart.ts';
 
 const pending: PendingUpdate = {
@@ -254,7 +255,7 @@ describe('outcome rules and details', () => {
   });
 
   it('falls back to image ids when a digest is unknown (an image never pushed)', async () => {
-    const { isUpdated, isRolledBack } = await import('../../machines/boot-reconcile.machine.ts');
+    const { isUpdated, isRolledBack } = await import('../../machines/self-update-outcome.machine.ts');
     const p = { ...pending, previousDigest: null };
     expect(isRolledBack(p, { ...onPrevious, digest: null })).toBe(true);
     expect(isUpdated(p, { ...onTarget, digest: null })).toBe(true);
