@@ -106,7 +106,7 @@ export const SPECS: ChartSpec[] = [
   { id: 'job', title: 'Platform job', description: 'deploy, restart, stop, kill, pull, compose-up, apply-config: prepare, run the compose steps, hung guard, cancel', version: JOB_CHART_VERSION, machine: jobMachine },
   { id: 'hostMigration', title: 'Host migration', description: 'copy migrate-host.sh to the host, run it in the host namespaces', version: HOST_MIGRATION_CHART_VERSION, machine: hostMigrationMachine },
   { id: 'selfUpdate', title: 'Self-update', description: 'resolve the channel target, preflight, record the action, spawn the helper', version: SELF_UPDATE_CHART_VERSION, machine: selfUpdateMachine },
-  { id: 'bootReconcile', title: 'Boot reconciliation', description: 'on boot: how did the last self-update end (digests and schema compared)', version: BOOT_RECONCILE_CHART_VERSION, machine: bootReconcileMachine },
+  { id: 'bootReconcile', title: 'Boot reconciliation', description: 'on boot: how did the last self-update end (digests and schema compared), and what follows: the channel tag, the notification, the quarantine', version: BOOT_RECONCILE_CHART_VERSION, machine: bootReconcileMachine },
   { id: 'updatePolicy', title: 'Update policy', description: 'at each wake: start a self-update in the maintenance window, or say why not (manual, no new build, quarantined, notify, outside the window, busy, tried this window)', version: UPDATE_POLICY_CHART_VERSION, machine: updatePolicyMachine },
 ];
 

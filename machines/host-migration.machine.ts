@@ -3,7 +3,7 @@
 // guard. The exit code is that of the step that failed (the copy's container, or the script's):
 // null when the job ends without a process ending.
 import { assign, fromCallback, setup, type EventObject } from 'xstate';
-import { hungMessage } from './job.machine.ts';
+import { endIn, hungMessage, type JobChartOutput } from './job.machine.ts';
 
 export const HOST_MIGRATION_CHART_VERSION = '2';
 
@@ -33,6 +33,7 @@ export const hostMigrationMachine = setup({
     context: {} as HostMigrationContext,
     events: {} as HostMigrationEvent,
     input: {} as HostMigrationInput,
+    output: {} as JobChartOutput,
   },
   actors: {
     // Implemented by the jobs controller with the host runner adapter.
@@ -53,6 +54,8 @@ export const hostMigrationMachine = setup({
   id: 'hostMigration',
   context: ({ input }) => ({ hungMinutes: input.hungMinutes, exitCode: null, detail: null }),
   initial: 'copying',
+  // The final state's output, as the chart's.
+  output: ({ event }) => event.output as JobChartOutput,
   states: {
     copying: {
       invoke: {
@@ -104,9 +107,9 @@ export const hostMigrationMachine = setup({
         CANCEL: { target: 'cancelled', actions: assign({ detail: ({ event }) => `cancelled by ${event.by}` }) },
       },
     },
-    completed: { type: 'final' },
-    failed: { type: 'final' },
-    hung: { type: 'final' },
-    cancelled: { type: 'final' },
+    completed: { type: 'final', output: endIn('completed') },
+    failed: { type: 'final', output: endIn('failed') },
+    hung: { type: 'final', output: endIn('hung') },
+    cancelled: { type: 'final', output: endIn('cancelled') },
   },
 });

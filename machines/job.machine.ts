@@ -37,6 +37,20 @@ export interface StepInput {
 
 export const hungMessage = (minutes: number) => `No output for ${minutes} minutes — aborted as hung`;
 
+export type JobOutcomeState = 'completed' | 'failed' | 'hung' | 'cancelled';
+
+/** How a job's chart ended (the output of its final states, this chart's and the host migration's). */
+export interface JobChartOutput {
+  state: JobOutcomeState;
+  detail: string | null;
+  exitCode: number | null;
+}
+
+/** The output of the final state `state`: the detail and exit code the chart holds. */
+export const endIn = (state: JobOutcomeState) => ({ context }: { context: { detail: string | null; exitCode: number | null } }): JobChartOutput => ({
+  state, detail: context.detail, exitCode: context.exitCode,
+});
+
 const errorText = (e: unknown) => (e instanceof Error ? e.message : String(e));
 
 export const jobMachine = setup({
@@ -44,6 +58,7 @@ export const jobMachine = setup({
     context: {} as JobContext,
     events: {} as JobEvent,
     input: {} as JobInput,
+    output: {} as JobChartOutput,
   },
   actors: {
     // Implemented by the jobs controller; they report back with PREPARED / PREPARE_FAILED,
@@ -74,6 +89,8 @@ export const jobMachine = setup({
     detail: null,
   }),
   initial: 'starting',
+  // The final state's output, as the chart's.
+  output: ({ event }) => event.output as JobChartOutput,
   states: {
     starting: {
       always: [{ guard: 'needsPrepare', target: 'preparing' }, { target: 'running' }],
@@ -139,14 +156,12 @@ export const jobMachine = setup({
         CANCEL: { target: 'cancelled', actions: assign({ detail: ({ event }) => `cancelled by ${event.by}` }) },
       },
     },
-    completed: { type: 'final' },
-    failed: { type: 'final' },
-    hung: { type: 'final' },
-    cancelled: { type: 'final' },
+    completed: { type: 'final', output: endIn('completed') },
+    failed: { type: 'final', output: endIn('failed') },
+    hung: { type: 'final', output: endIn('hung') },
+    cancelled: { type: 'final', output: endIn('cancelled') },
   },
 });
-
-export type JobOutcomeState = 'completed' | 'failed' | 'hung' | 'cancelled';
 
 /** The stored job phase for a final chart state: only `completed` is a success. */
 export function phaseOf(state: JobOutcomeState): 'completed' | 'failed' {

@@ -2,7 +2,6 @@
 // output/phase/hung-deadline writer (`JobIO`), running the kind's chart with its snapshot persisted,
 // and recording the end in three steps (status row, audit row, `finished` event), plus closing at
 // boot the jobs a restart interrupted. A kind supplies only its chart and actors (`ChartPlan`).
-import type { AnyStateMachine } from 'xstate';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { Condition, DB, JobPhase } from '../../src/db/schema.ts';
@@ -12,7 +11,8 @@ import { putReconciled } from '../../src/state/conditions.ts';
 import type { RowStatus } from './reconcile.ts';
 import { recordFinished, recordStarted } from '../../src/state/actions.ts';
 import type { JobEventLog } from '../../src/state/job-events.ts';
-import { hungMessage, phaseOf, type JobOutcomeState } from '../../machines/job.machine.ts';
+import { hungMessage, phaseOf, type jobMachine, type JobChartOutput } from '../../machines/job.machine.ts';
+import type { hostMigrationMachine } from '../../machines/host-migration.machine.ts';
 import { OrderedWrites, runChart, type RunningChart } from './run-chart.ts';
 
 /** How a job writes what it does: output lines, warnings, phases, and the hung deadline. */
@@ -22,9 +22,12 @@ export interface JobIO {
   touch(force?: boolean): void;
 }
 
+/** The job kinds' charts: their final states output how the job ended. */
+type JobChart = typeof jobMachine | typeof hostMigrationMachine;
+
 /** A job kind's chart, its input, and a way to wait until the processes it started are gone. */
 export interface ChartPlan {
-  machine: AnyStateMachine;
+  machine: JobChart;
   input: unknown;
   chartVersion: string;
   /** What the job's audit row says it does. */
@@ -192,15 +195,15 @@ export async function runJob(d: JobRunDeps, job: JobView, running: RunningJobs, 
     running.delete(jobId);
     return;
   }
+  // A chart that threw has no output: the job failed, with what its context holds.
   const snap = result.snapshot;
-  const state = (typeof snap.value === 'string' ? snap.value : 'failed') as JobOutcomeState;
-  const phase = snap.status === 'done' ? phaseOf(state) : 'failed';
-  const context = snap.context as { detail: string | null; exitCode: number | null };
-  const detail: string | null = context.detail ?? (phase === 'completed' ? null : 'the job chart stopped unexpectedly');
-  progress.end = { phase, state, detail, exitCode: context.exitCode };
+  const end: JobChartOutput = snap.output ?? { state: 'failed', detail: snap.context.detail, exitCode: snap.context.exitCode };
+  const phase = phaseOf(end.state);
+  const detail: string | null = end.detail ?? (phase === 'completed' ? null : 'the job chart stopped unexpectedly');
+  progress.end = { phase, state: end.state, detail, exitCode: end.exitCode };
   await recordEnd(d, jobId, progress.end, { snapshot: result.persisted, chartVersion: plan.chartVersion, afterStatus: () => writes.flush() });
   running.delete(jobId);
-  logger.info({ jobId, outcome: phase, state, exitCode: context.exitCode }, `job ${jobId} ${phase}${detail ? `: ${detail}` : ''}`);
+  logger.info({ jobId, outcome: phase, state: end.state, exitCode: end.exitCode }, `job ${jobId} ${phase}${detail ? `: ${detail}` : ''}`);
 }
 
 async function hasAuditRow(db: Kysely<DB>, jobId: string): Promise<boolean> {

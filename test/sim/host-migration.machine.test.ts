@@ -72,6 +72,9 @@ describe('host migration chart', () => {
       // Only a process's own end gives an exit code (the copy's or the script's); a cancel, the
       // guard or a step that could not start give null.
       expect(actor.getSnapshot().context.exitCode).toBe(want.exitCode);
+      // A final state outputs how the job ended; a chart still at work outputs nothing.
+      const ended = ['completed', 'failed', 'hung', 'cancelled'].includes(want.state);
+      expect(actor.getSnapshot().output).toEqual(ended ? { state: want.state, detail: want.detail, exitCode: want.exitCode } : undefined);
     }
   });
 

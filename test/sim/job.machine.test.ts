@@ -101,6 +101,9 @@ describe('job chart', () => {
       expect(snap.context.exitCode, label).toBe(want.exitCode);
       if (want.state === 'completed') expect(snap.context.exitCode).toBe(0);
       if (['cancelled', 'hung'].includes(want.state)) expect(snap.context.exitCode, label).toBeNull();
+      // A final state outputs how the job ended; a chart still at work outputs nothing.
+      const ended = ['completed', 'failed', 'hung', 'cancelled'].includes(want.state);
+      expect(snap.output, label).toEqual(ended ? { state: want.state, detail: want.detail, exitCode: want.exitCode } : undefined);
       actor.stop();
     }
   });
