@@ -15,7 +15,7 @@ import {
   clearUpdateAvailable, dayNumbers, getUpdatePolicy, markUpdateAvailable, quarantinedDigests, recordPolicyAttempt, recordPolicyDecision,
 } from '../src/state/update-policy.ts';
 import { done, requeueAfter, type ReconcileResult, type Reconciler } from './runtime/reconcile.ts';
-import { decide, nextWindowOpening, type PolicyDecision, type PolicyFacts } from '../machines/update-policy.machine.ts';
+import { announcementOf, decide, nextWindowOpening, type PolicyDecision, type PolicyFacts } from '../machines/update-policy.machine.ts';
 
 export interface UpdatePolicyDeps {
   db: Kysely<DB>;
@@ -32,9 +32,6 @@ export interface UpdatePolicyDeps {
 
 /** setTimeout's longest delay; a window always opens within a week, well below it. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
-
-/** Decisions under which the channel's newest build is worth announcing. */
-const ANNOUNCED: readonly PolicyDecision[] = ['notifying', 'outsideWindow', 'busy', 'triedThisWindow', 'starting'];
 
 const DETAIL: Record<PolicyDecision, string> = {
   idle: 'not evaluated yet',
@@ -124,12 +121,13 @@ export class UpdatePolicyReconciler implements Reconciler<null> {
         detail = `${DETAIL.busy} (${err.message})`;
       }
     }
-    if (ANNOUNCED.includes(decision) && digest) {
+    const announcement = announcementOf(decision);
+    if (announcement === 'announce' && digest) {
       if (await markUpdateAvailable(db, digest)) {
         logger.info({ digest, decision }, 'update policy: a new installer build is available');
         await this.d.onUpdateAvailable?.(digest);
       }
-    } else if (decision === 'upToDate' || decision === 'quarantined' || decision === 'manual') {
+    } else if (announcement === 'withdraw') {
       await clearUpdateAvailable(db);
     }
     await recordPolicyDecision(db, { generation, decision, detail });

@@ -84,7 +84,7 @@ const factsOf = ({ context }: Guarded): PolicyFacts => {
 };
 
 export const updatePolicyMachine = setup({
-  types: { context: {} as PolicyContext, events: {} as PolicyEvent },
+  types: { context: {} as PolicyContext, events: {} as PolicyEvent, tags: {} as 'announces' | 'withdraws' },
   actions: {
     remember: assign({ facts: ({ event }) => event.facts }),
   },
@@ -130,15 +130,16 @@ export const updatePolicyMachine = setup({
         { target: 'starting' },
       ],
     },
-    // The decisions: each rests until the next evaluation.
-    manual: {},
-    upToDate: {},
-    quarantined: {},
-    notifying: {},
-    outsideWindow: {},
-    busy: {},
-    triedThisWindow: {},
-    starting: {},
+    // The decisions: each rests until the next evaluation. A new build is announced while one is
+    // due (now or later); the announcement is withdrawn when none is, or the build is quarantined.
+    manual: { tags: 'withdraws' },
+    upToDate: { tags: 'withdraws' },
+    quarantined: { tags: 'withdraws' },
+    notifying: { tags: 'announces' },
+    outsideWindow: { tags: 'announces' },
+    busy: { tags: 'announces' },
+    triedThisWindow: { tags: 'announces' },
+    starting: { tags: 'announces' },
   },
 });
 
@@ -147,6 +148,12 @@ function decisionOf(snapshot: SnapshotFrom<typeof updatePolicyMachine>): PolicyD
   const value = snapshot.value;
   if (value === 'deciding') throw new Error('update policy chart: stopped while deciding');
   return value;
+}
+
+/** What a decision does to the announcement of the channel's newest build, as the chart tags it. */
+export function announcementOf(decision: PolicyDecision): 'announce' | 'withdraw' | null {
+  const { tags } = updatePolicyMachine.getStateNodeById(`updatePolicy.${decision}`);
+  return tags.includes('announces') ? 'announce' : tags.includes('withdraws') ? 'withdraw' : null;
 }
 
 /** The decision for these facts: the chart's transition on EVALUATE from rest, pure (no actor). */

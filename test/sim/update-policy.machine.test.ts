@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { createActor, SimulatedClock } from 'xstate';
 import { getAdjacencyMap, getShortestPaths } from 'xstate/graph';
 import {
-  decide, inWindowAt, nextWindowOpening, updatePolicyMachine, windowOpenedAt,
+  announcementOf, decide, DECISIONS, inWindowAt, nextWindowOpening, updatePolicyMachine, windowOpenedAt,
   type PolicyDecision, type PolicyEvent, type PolicyFacts, type PolicyMode, type PolicyWindow,
 } from '../../machines/update-policy.machine.ts';
 import { declaredEdges, edgeKey, enabledEdges, stateIds } from '../helpers/sim/chart.ts';
@@ -97,6 +97,13 @@ describe('update policy chart', () => {
 
   it('declares the evaluation once, on the chart itself: every decision rests until the next one', () => {
     expect(declaredEdges(updatePolicyMachine).filter((e) => e.event === 'EVALUATE')).toEqual([{ from: 'updatePolicy', event: 'EVALUATE' }]);
+  });
+
+  it('tags each decision with what it does to the announcement of the newest build', () => {
+    expect(Object.fromEntries(DECISIONS.map((d) => [d, announcementOf(d)]))).toEqual({
+      idle: null, manual: 'withdraw', upToDate: 'withdraw', quarantined: 'withdraw',
+      notifying: 'announce', outsideWindow: 'announce', busy: 'announce', triedThisWindow: 'announce', starting: 'announce',
+    });
   });
 
   it('reads the window in UTC, including one that crosses midnight', () => {
