@@ -1,17 +1,16 @@
 // The composition root: builds the adapters, the job event log and the controllers from booted
 // settings, and the dependencies the API receives. main.ts and the tests wire through here alike.
 import { hostname } from 'node:os';
-import type { Logger } from 'pino';
+import type { Booted } from './boot.ts';
 import type { Settings } from './config.ts';
 import type { Database } from './db/database.ts';
-import type { InstallerSecrets } from './adapters/secrets.ts';
 import { connectEngine, EngineRuntime, projectContainers, pruneDanglingImages, watchProjectEvents } from './adapters/docker-engine.ts';
 import { installerEnvFor, PlatformFiles } from './adapters/platform-files.ts';
 import { HostRunner } from './adapters/host-runner.ts';
 import { ContainerLogs } from './adapters/container-logs/index.ts';
 import { JobEventLog } from './state/job-events.ts';
 import { Sealer } from './state/platform-config.ts';
-import { RecentLines, SecretSet } from './logger.ts';
+import { RecentLines } from './logger.ts';
 import { ServiceTokens } from './adapters/secrets.ts';
 import { engineFacts } from './adapters/diagnostics.ts';
 import { Controllers } from '../controllers/index.ts';
@@ -25,7 +24,7 @@ import { flattenChart, SPECS } from '../machines/catalog.ts';
 import { userDirectory, type AppDeps } from './api/app.ts';
 import { localSocketPath, serveLocalSocket } from './adapters/local-socket.ts';
 import { runUserCommand, userCommandSchema } from './state/user-commands.ts';
-import type { PlatformPort, RuntimePort } from './contracts/ports.ts';
+import type { ContainerView, PlatformPort, RuntimePort } from './contracts/ports.ts';
 import type { Kysely } from 'kysely';
 import type { DB } from './db/schema.ts';
 import type { Backoff } from '../controllers/runtime/reconcile.ts';
@@ -60,18 +59,10 @@ export interface ReconcileOptions {
   db?: (db: Kysely<DB>) => Kysely<DB>;
 }
 
-/** What boot hands over: settings, secrets, the logger, the database and the scrubber's secret values. */
-export interface Booted {
-  settings: Settings;
-  secrets: InstallerSecrets;
-  logger: Logger;
-  database: Database;
-  secretSet: SecretSet;
-  recentLogs?: RecentLines;
-}
-
 export interface WireOptions {
   runtime?: RuntimePort;
+  /** The platform's containers as the observer reads them; default: the engine's (tests whose log routes stand in for the engine give theirs). */
+  platformContainers?: () => Promise<ContainerView[]>;
   selfUpdateEngine?: SelfUpdateEngine;
   tlsFingerprint256?: string | null;
   reconcile?: ReconcileOptions;
@@ -179,7 +170,7 @@ function engineAdapters({ settings, database }: Booted, opts: WireOptions): Engi
   const platform: PlatformPort = {
     project: settings.PLATFORM_PROJECT,
     services: () => platformFiles.services(),
-    containers: () => projectContainers(docker, settings.PLATFORM_PROJECT),
+    containers: opts.platformContainers ?? (() => projectContainers(docker, settings.PLATFORM_PROJECT)),
     readEnv: () => platformFiles.readEnv(),
   };
   return { docker, runtime, platformFiles, platform, hostRunner, selfUpdateSettings, selfUpdateEngine };

@@ -4,7 +4,7 @@
 // ordered writes a reconciler shares with the chart's actors.
 import { describe, expect, it } from 'vitest';
 import { assign, createMachine, fromPromise } from 'xstate';
-import { OrderedWrites, runChart, type RunningChart } from '../../controllers/runtime/run-chart.ts';
+import { OrderedWrites, runChart, type ChartRun, type RunningChart } from '../../controllers/runtime/run-chart.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -44,15 +44,15 @@ const noError = (err: unknown) => {
   throw err;
 };
 
+/** The test chart run with fresh ordered writes, a chart error failing the test, and `o` over that. */
+const run = (o: Partial<ChartRun<typeof chart>>) =>
+  runChart({ machine: chart, input: {}, persist: async () => {}, writes: new OrderedWrites(noError), onChartError: noError, ...o });
+
 describe('runChart', () => {
   it('persists each change of the state value once, in order and one at a time, and resolves after the last write', async () => {
     const r = recorder(10);
-    const result = await runChart({
-      machine: chart,
-      input: {},
+    const result = await run({
       persist: r.persist,
-      writes: new OrderedWrites(noError),
-      onChartError: noError,
       started: (actor: RunningChart) => {
         // An event that changes the context but not the state value writes nothing.
         actor.send({ type: 'NOOP' });
@@ -71,12 +71,9 @@ describe('runChart', () => {
   it('with awaitWrites false, resolves at the end without waiting for the writes; flushing the writes waits for them', async () => {
     const r = recorder(30);
     const writes = new OrderedWrites(noError);
-    await runChart({
-      machine: chart,
-      input: {},
+    await run({
       persist: r.persist,
       writes,
-      onChartError: noError,
       awaitWrites: false,
       started: (actor) => {
         actor.send({ type: 'GO' });
@@ -91,13 +88,9 @@ describe('runChart', () => {
   it('stops when the signal aborts during the run: the result says so, and the writes asked for have ended', async () => {
     const r = recorder(5);
     const stop = new AbortController();
-    const result = await runChart({
-      machine: chart,
-      input: {},
+    const result = await run({
       persist: r.persist,
-      writes: new OrderedWrites(noError),
       signal: stop.signal,
-      onChartError: noError,
       started: (actor) => {
         actor.send({ type: 'GO' });
         setTimeout(() => stop.abort(), 30);
@@ -113,13 +106,9 @@ describe('runChart', () => {
     let started = false;
     const stop = new AbortController();
     stop.abort();
-    const result = await runChart({
-      machine: chart,
-      input: {},
+    const result = await run({
       persist: r.persist,
-      writes: new OrderedWrites(noError),
       signal: stop.signal,
-      onChartError: noError,
       started: () => void (started = true),
     });
     expect(result.stopped).toBe(true);
