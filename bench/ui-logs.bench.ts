@@ -41,7 +41,7 @@ function percentile(sorted: number[], p: number): number {
 const bench: Bench = async (log) => {
   ensureUiBuilt();
   const logs = new PushedLogs(SERVICES.map((s) => ({ id: s, name: `bench-${s}-1`, service: s, state: 'running' })));
-  const t = await startTestApp({ logs, env: { LOG_CLIENT_STALL_SECONDS: '120' }, logLevel: 'warn' });
+  const t = await startTestApp({ logs, platformContainers: () => logs.containers, env: { LOG_CLIENT_STALL_SECONDS: '120' }, logLevel: 'warn' });
   const browser = await launchChromium();
   try {
     const base = await t.app.listen({ host: '127.0.0.1', port: 0 });

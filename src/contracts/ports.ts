@@ -95,6 +95,11 @@ export interface PlatformContainer {
 
 /** Batches of lines; iteration ends when the feed is done or closed; throws when the engine fails. */
 export interface LogFeed extends AsyncIterable<ContainerLogLine[]> {
+  /**
+   * Settles once the feed has asked the engine for what it reads (before any line): rejects with
+   * the engine's error when it did not answer, so that a route answers 503 before its stream starts.
+   */
+  opened: Promise<void>;
   /** Stops reading from the engine and ends iteration; safe to call twice. */
   close(): void;
 }
@@ -107,8 +112,6 @@ export interface LogSelection {
 }
 
 export interface ContainerLogsPort {
-  /** Every container of the compose project, running or not. */
-  containers(project: string): Promise<PlatformContainer[]>;
   /** The last `tail` lines of each selected container in timestamp order, then new lines as they come, from containers that start later too. */
   live(selection: LogSelection, opts: { tail: number }): LogFeed;
   /**

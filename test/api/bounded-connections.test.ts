@@ -41,10 +41,9 @@ const line = (i: number): ContainerLogLine => ({ container: 'platform-web-1', se
  * engine: test/e2e/logs.test.ts): a live feed follows until closed; a window yields a batch every
  * BATCH_EVERY_MS, so that a download lasts longer than the request timeout.
  */
+const CONTAINERS: PlatformContainer[] = [{ id: 'a1', name: 'platform-web-1', service: 'web', state: 'running' }];
+
 class SlowLogs implements ContainerLogsPort {
-  async containers(): Promise<PlatformContainer[]> {
-    return [{ id: 'a1', name: 'platform-web-1', service: 'web', state: 'running' }];
-  }
   private feed(batches: AsyncGenerator<ContainerLogLine[]>): LogFeed {
     let closed = false;
     let onClose = () => {};
@@ -54,6 +53,7 @@ class SlowLogs implements ContainerLogsPort {
       onClose();
     };
     return {
+      opened: Promise.resolve(),
       close,
       [Symbol.asyncIterator]: () => ({
         next: async () => (closed ? { done: true as const, value: undefined } : Promise.race([batches.next(), stop])),
@@ -154,6 +154,7 @@ describe('caps on live streams, and timeouts, on both listeners', () => {
   beforeAll(async () => {
     t = await startTestApp({
       logs: new SlowLogs(),
+      platformContainers: () => CONTAINERS,
       env: {
         STREAMS_PER_PRINCIPAL: '2',
         STREAMS_TOTAL: '3',

@@ -68,16 +68,13 @@ const DOCS_FILE_DIGESTS = new Set(
 
 class RecordingLogs implements ContainerLogsPort {
   calls: { selection: LogSelection; opts: { tail?: number; follow?: boolean } }[] = [];
-  async containers(): Promise<PlatformContainer[]> {
-    return CONTAINERS;
-  }
   /** A feed with no lines that ends when closed, or at once when it does not follow. */
   private feed(selection: LogSelection, opts: { tail?: number; follow?: boolean }): LogFeed {
     this.calls.push({ selection, opts });
     let close!: () => void;
     const closed = new Promise<IteratorReturnResult<undefined>>((r) => (close = () => r({ done: true, value: undefined })));
     if (opts.follow === false) close();
-    return { close: () => close(), [Symbol.asyncIterator]: () => ({ next: () => closed, return: async () => (close(), { done: true as const, value: undefined }) }) };
+    return { opened: Promise.resolve(), close: () => close(), [Symbol.asyncIterator]: () => ({ next: () => closed, return: async () => (close(), { done: true as const, value: undefined }) }) };
   }
   live(selection: LogSelection, opts: { tail: number }): LogFeed {
     return this.feed(selection, opts);
@@ -105,7 +102,7 @@ beforeAll(async () => {
   writeFileSync(path.join(dirs.ui, 'index.html'), `<!doctype html><title>${UI_MARKER}</title>`);
   writeFileSync(path.join(dirs.ui, 'assets', 'app-0123abcd.js'), 'console.log(1);\n');
   // Login is rate limited per address; every case here comes from 127.0.0.1.
-  t = await startTestApp({ env: { PLATFORM_DIR: dirs.platform, LOGIN_RATE_LIMIT_PER_MINUTE: '1000000' }, logs });
+  t = await startTestApp({ env: { PLATFORM_DIR: dirs.platform, LOGIN_RATE_LIMIT_PER_MINUTE: '1000000' }, logs, platformContainers: () => CONTAINERS });
   captured.schemas.clear();
   app = await buildApp({ ...t.wired.deps, logs, uiDir: dirs.ui });
   base = await app.listen({ host: '127.0.0.1', port: 0 });

@@ -6,6 +6,7 @@ import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { parseSse } from '../helpers/shared/sse.ts';
 import { stalledClient } from '../helpers/api/stalled-client.ts';
 import { parseInstant, TAIL_DEFAULT, TAIL_MAX } from '../../src/api/routes/logs.ts';
+import { readObserved, requestRefresh } from '../../src/state/observed.ts';
 import type { ContainerLogLine, ContainerLogsPort, LogFeed, LogSelection, PlatformContainer } from '../../src/contracts/ports.ts';
 
 const CONTAINERS: PlatformContainer[] = [
@@ -28,9 +29,8 @@ class FakeLogs implements ContainerLogsPort {
     yield [line(1), line(2)];
     yield [line(3, 'platform-db-1')];
   };
-  async containers(): Promise<PlatformContainer[]> {
-    return CONTAINERS;
-  }
+  /** When set, every feed's engine step fails with it (the engine went away after the observer's look). */
+  openError: Error | null = null;
   private feed(kind: 'live' | 'window', selection: LogSelection, opts: unknown): LogFeed {
     const state = { closed: false };
     this.calls.push({ kind, selection, opts, feed: state });
@@ -41,7 +41,10 @@ class FakeLogs implements ContainerLogsPort {
       state.closed = true;
       onClose();
     };
+    const opened = this.openError ? Promise.reject(this.openError) : Promise.resolve();
+    opened.catch(() => {});
     return {
+      opened,
       close,
       [Symbol.asyncIterator]: () => ({
         next: async () => (state.closed ? { done: true as const, value: undefined } : Promise.race([gen.next(), closed])),
@@ -64,7 +67,7 @@ const fake = new FakeLogs();
 let t: TestApp;
 let base: string;
 beforeAll(async () => {
-  t = await startTestApp({ logs: fake, env: { LOG_CLIENT_STALL_SECONDS: '1' } });
+  t = await startTestApp({ logs: fake, platformContainers: () => CONTAINERS, env: { LOG_CLIENT_STALL_SECONDS: '1' } });
   base = await t.app.listen({ host: '127.0.0.1', port: 0 });
 });
 afterAll(async () => t?.close());
@@ -278,6 +281,68 @@ describe('without an engine connection', () => {
       expect(res.json()).toMatchObject({ statusCode: 503, code: 'unavailable' });
     } finally {
       await bare.close();
+    }
+  });
+});
+
+describe('names from observed state, the engine from the stream', () => {
+  it('a service the observer has not seen is 404 without asking the engine; one it has seen is streamed', async () => {
+    const platform: PlatformContainer[] = [{ id: 'w', name: 'platform-web-1', service: 'web', state: 'running' }];
+    const own = new FakeLogs();
+    const app2 = await startTestApp({ logs: own, platformContainers: () => platform });
+    try {
+      const headers = { authorization: `Bearer ${await app2.token('viewer')}` };
+      await expect.poll(async () => (await readObserved(app2.db.database.db, 'platform'))?.data?.containers.length).toBe(1);
+      // A container started after the observer's look (no engine event reaches it here): unknown
+      // until observed, and no feed was opened to find out.
+      platform.push({ id: 'q', name: 'platform-queue-1', service: 'queue', state: 'running' });
+      const unseen = await app2.app.inject({ method: 'GET', url: '/api/deployment/logs/queue', headers });
+      expect(unseen.statusCode).toBe(404);
+      expect(own.calls).toEqual([]);
+      const window = await app2.app.inject({ method: 'GET', url: '/api/deployment-log?containerName=platform-queue-1&until=2024-05-01T10:00:00Z', headers: { authorization: `Bearer ${await app2.token('admin')}` } });
+      expect(window.statusCode).toBe(400);
+      expect(own.calls).toEqual([]);
+      // Observed again (the status page's read after a job would do the same): now it is known.
+      await requestRefresh(app2.db.database.db, 'platform');
+      await expect.poll(async () => (await readObserved(app2.db.database.db, 'platform'))?.data?.containers.length).toBe(2);
+      const seen = await app2.app.inject({ method: 'GET', url: '/api/deployment-log?containerName=platform-queue-1&until=2024-05-01T10:00:00Z', headers: { authorization: `Bearer ${await app2.token('admin')}` } });
+      expect(seen.statusCode, seen.body).toBe(200);
+      expect(own.calls.map((c) => c.selection)).toEqual([{ project: 'platform', containerName: 'platform-queue-1' }]);
+    } finally {
+      await app2.close();
+    }
+  });
+
+  it('the engine down for the observer: 503 before any stream; down when the stream opens: 503, the feed closed', async () => {
+    let engineUp = true;
+    const own = new FakeLogs();
+    const app2 = await startTestApp({
+      logs: own,
+      platformContainers: () => {
+        if (!engineUp) throw new Error('connect ENOENT /var/run/docker.sock');
+        return CONTAINERS;
+      },
+    });
+    try {
+      const headers = { authorization: `Bearer ${await app2.token('admin')}` };
+      own.openError = new Error('connect ENOENT /var/run/docker.sock');
+      for (const url of ['/api/deployment/logs', '/api/deployment/logs/web', '/api/deployment-log', '/api/deployment-log/download?since=2024-05-01T10:00:00Z']) {
+        const res = await app2.app.inject({ method: 'GET', url, headers });
+        expect(res.statusCode, url).toBe(503);
+        expect(res.json()).toMatchObject({ code: 'unavailable', message: 'the Docker engine did not answer; try again shortly' });
+      }
+      expect(own.calls).toHaveLength(4);
+      expect(own.calls.every((c) => c.feed.closed)).toBe(true);
+      own.openError = null;
+      engineUp = false;
+      await requestRefresh(app2.db.database.db, 'platform');
+      await expect.poll(async () => (await readObserved(app2.db.database.db, 'platform'))?.data?.engineError).toBeDefined();
+      const res = await app2.app.inject({ method: 'GET', url: '/api/deployment/logs/web', headers });
+      expect(res.statusCode).toBe(503);
+      expect(res.json()).toMatchObject({ code: 'unavailable', message: 'the Docker engine did not answer; try again shortly' });
+      expect(own.calls).toHaveLength(4);
+    } finally {
+      await app2.close();
     }
   });
 });

@@ -18,7 +18,7 @@ const poll = <T>(fn: () => T | Promise<T>, timeout = 15_000) => expect.poll(fn, 
 
 beforeAll(async () => {
   ensureUiBuilt();
-  t = await startTestApp({ logs });
+  t = await startTestApp({ logs, platformContainers: () => logs.containers });
   base = await t.app.listen({ host: '127.0.0.1', port: 0 });
   browser = await launchChromium();
 });

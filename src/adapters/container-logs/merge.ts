@@ -65,15 +65,28 @@ export class Wakeup {
   }
 }
 
-export function makeFeed(body: (closer: Closer) => AsyncGenerator<ContainerLogLine[]>): LogFeed {
+/**
+ * A feed whose `open` step (subscribing and listing what it reads) runs at once, so that `opened`
+ * tells a caller whether the engine answered before anything is sent; `body` runs on the first read.
+ */
+export function makeFeed<T>(open: (closer: Closer) => Promise<T>, body: (closer: Closer, opened: T) => AsyncGenerator<ContainerLogLine[]>): LogFeed {
   const closer = new Closer();
+  const opening = open(closer).catch((err: unknown) => {
+    closer.close();
+    throw err;
+  });
+  const opened = opening.then(() => undefined);
+  opened.catch(() => {}); // a caller that only reads the feed sees the error there
   let started = false;
   return {
+    opened,
     close: () => closer.close(),
     [Symbol.asyncIterator]() {
       if (started) throw new Error('a log feed can be read once');
       started = true;
-      const gen = body(closer);
+      const gen = (async function* () {
+        yield* body(closer, await opening);
+      })();
       return {
         next: () => gen.next(),
         return: async (value?: unknown) => {

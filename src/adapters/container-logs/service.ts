@@ -30,6 +30,8 @@ interface ContainerLogsOptions {
   warn?: (details: Record<string, unknown>, message: string) => void;
 }
 
+type FeedMode = { kind: 'tail'; tail: number } | { kind: 'window'; since?: bigint; until?: bigint; follow: boolean };
+
 interface ResumePoint {
   /** The last line of this container already read: resume right after it. */
   after?: ContainerLogLine;
@@ -58,16 +60,27 @@ export class ContainerLogs implements ContainerLogsPort {
     };
   }
 
-  async containers(project: string): Promise<PlatformContainer[]> {
-    return (await this.list({ project })).map(({ id, name, service, state }) => ({ id, name, service, state }));
-  }
-
   live(selection: LogSelection, opts: { tail: number }): LogFeed {
-    return makeFeed((closer) => this.run(closer, selection, { kind: 'tail', tail: opts.tail }));
+    return this.feed(selection, { kind: 'tail', tail: opts.tail });
   }
 
   window(selection: LogSelection, opts: { since?: bigint; until?: bigint; follow: boolean }): LogFeed {
-    return makeFeed((closer) => this.run(closer, selection, { kind: 'window', ...opts }));
+    return this.feed(selection, { kind: 'window', ...opts });
+  }
+
+  private feed(sel: LogSelection, mode: FeedMode): LogFeed {
+    const startNs = BigInt(Date.now()) * NS_PER_MS;
+    const until = mode.kind === 'window' ? mode.until : undefined;
+    const follow = mode.kind === 'tail' || (mode.follow && (until === undefined || until > startNs));
+    return makeFeed(
+      async (closer) => {
+        // Subscribe to starts before listing, so that a container starting in between is not missed.
+        const joins = new JoinQueue();
+        if (follow) await this.watchStarts(closer, sel, joins);
+        return { joins, containers: await this.list(sel) };
+      },
+      (closer, opened) => this.run(closer, sel, mode, { startNs, follow, ...opened }),
+    );
   }
 
   private async list(sel: LogSelection): Promise<(PlatformContainer & { labels: Record<string, string> })[]> {
@@ -176,20 +189,14 @@ export class ContainerLogs implements ContainerLogsPort {
   private async *run(
     closer: Closer,
     sel: LogSelection,
-    mode: { kind: 'tail'; tail: number } | { kind: 'window'; since?: bigint; until?: bigint; follow: boolean },
+    mode: FeedMode,
+    { startNs, follow, joins, containers }: { startNs: bigint; follow: boolean; joins: JoinQueue; containers: (PlatformContainer & { labels: Record<string, string> })[] },
   ): AsyncGenerator<ContainerLogLine[]> {
-    const startNs = BigInt(Date.now()) * NS_PER_MS;
     const until = mode.kind === 'window' ? mode.until : undefined;
     const since = mode.kind === 'window' ? mode.since : undefined;
-    const follow = mode.kind === 'tail' || (mode.follow && (until === undefined || until > startNs));
 
     try {
-      // Subscribe to starts before listing, so that a container starting in between is not missed.
-      const joins = new JoinQueue();
-      if (follow) await this.watchStarts(closer, sel, joins);
-
       // History: a finite read of each container, merged strictly by timestamp.
-      const containers = await this.list(sel);
       const params: Record<string, string | number | boolean> =
         mode.kind === 'tail'
           ? { tail: Math.max(mode.tail, 1) }

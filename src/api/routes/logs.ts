@@ -1,7 +1,8 @@
 // Platform container logs: live aggregated streams (all services or one), time windows for admins,
 // and a download. Lines come from a ContainerLogsPort already scrubbed of the installer's secrets;
 // this file validates, streams with backpressure, and drops clients that stop reading
-// (docs/adr/0007-container-logs.md).
+// (docs/adr/0007-container-logs.md). A service or container name is checked against the platform's
+// observed containers (docs/adr/0023-observed-state.md): the streams alone reach the engine.
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { ServerResponse } from 'node:http';
@@ -9,7 +10,10 @@ import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { badRequest, notFound, unavailable } from '../../errors.ts';
 import { ClientStalled, drained, openStreams } from '../open-streams.ts';
-import type { ContainerLogLine, ContainerLogsPort, LogFeed } from '../../contracts/ports.ts';
+import type { ContainerLogLine, ContainerLogsPort, ContainerView, LogFeed } from '../../contracts/ports.ts';
+import { freshness } from '../observed-reads.ts';
+import { readFresh } from '../../state/observed.ts';
+import { lastJobEnd } from '../../state/jobs.ts';
 
 /** Lines per container sent before following, when `tail` is not given. */
 export const TAIL_DEFAULT = 100;
@@ -182,12 +186,33 @@ function port(app: FastifyInstance): ContainerLogsPort {
   return logs;
 }
 
-async function engine<T>(log: FastifyBaseLogger, p: Promise<T>): Promise<T> {
+const ENGINE_DOWN = 'the Docker engine did not answer; try again shortly';
+
+/**
+ * The platform's containers as the observer saw them (docs/adr/0023-observed-state.md), to check a
+ * name against: no engine call. A row observed before the latest job ended is read again, as the
+ * status page does. 503 when the engine did not answer the observer, or nothing was observed.
+ */
+async function observedContainers(app: FastifyInstance, log: FastifyBaseLogger): Promise<ContainerView[]> {
+  const db = app.deps.database.db;
+  const row = await readFresh(db, 'platform', { ...freshness(app.deps.settings).fast, notBefore: await lastJobEnd(db) });
+  if (!row?.data) throw unavailable('the platform has not been observed yet: no observer answered in time; try again shortly');
+  if (row.data.engineError) {
+    log.error({ reason: row.data.engineError }, 'the Docker engine did not answer the observer');
+    throw unavailable(ENGINE_DOWN);
+  }
+  return row.data.containers;
+}
+
+/** Waits until the feed has asked the engine for what it reads: 503 before the stream starts when it did not answer. */
+async function opened(log: FastifyBaseLogger, feed: LogFeed): Promise<LogFeed> {
   try {
-    return await p;
+    await feed.opened;
+    return feed;
   } catch (err) {
+    feed.close();
     log.error({ err }, 'the Docker engine did not answer');
-    throw unavailable('the Docker engine did not answer; try again shortly');
+    throw unavailable(ENGINE_DOWN);
   }
 }
 
@@ -207,10 +232,8 @@ export const logRoutes: FastifyPluginAsyncZod = async (app) => {
       schema: { tags: ['logs'], summary: 'Live aggregated logs of all platform containers (SSE)', description: liveDescription, querystring: tailQuery },
     },
     async (req, reply) => {
-      const logs = port(app);
       // An engine that is down answers 503 here, before the stream is committed with a 200.
-      await engine(req.log, logs.containers(project));
-      const feed = logs.live({ project }, { tail: req.query.tail ?? TAIL_DEFAULT });
+      const feed = await opened(req.log, port(app).live({ project }, { tail: req.query.tail ?? TAIL_DEFAULT }));
       await streamSse(reply, feed, ctx(req.log), false);
     },
   );
@@ -231,22 +254,20 @@ export const logRoutes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) => {
       const logs = port(app);
       const { service } = req.params;
-      const known = NAME.test(service) && (await engine(req.log, logs.containers(project))).some((c) => c.service === service);
+      const known = NAME.test(service) && (await observedContainers(app, req.log)).some((c) => c.service === service);
       if (!known) throw notFound(`service "${service.slice(0, 64)}" is not a service of the platform (compose project ${project})`);
-      const feed = logs.live({ project, service }, { tail: req.query.tail ?? TAIL_DEFAULT });
+      const feed = await opened(req.log, logs.live({ project, service }, { tail: req.query.tail ?? TAIL_DEFAULT }));
       await streamSse(reply, feed, ctx(req.log), false);
     },
   );
 
-  async function windowArgs(logs: ContainerLogsPort, q: z.infer<typeof windowQuery>, log: FastifyBaseLogger) {
+  async function windowArgs(q: z.infer<typeof windowQuery>, log: FastifyBaseLogger) {
     const since = instant('since', q.since);
     const until = instant('until', q.until);
     if (since !== undefined && until !== undefined && since > until) throw badRequest('since: must not be later than until');
-    // Asked even without containerName: an engine that is down answers 503 before the stream starts.
-    const containers = await engine(log, logs.containers(project));
     if (q.containerName !== undefined) {
       const name = q.containerName;
-      const exists = NAME.test(name) && containers.some((c) => c.name === name);
+      const exists = NAME.test(name) && (await observedContainers(app, log)).some((c) => c.name === name);
       if (!exists) throw badRequest(`containerName: no platform container is named "${name.slice(0, 64)}" (compose project ${project})`);
     }
     return {
@@ -271,8 +292,8 @@ export const logRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) => {
       const logs = port(app);
-      const { selection, ...window } = await windowArgs(logs, req.query, req.log);
-      const feed = logs.window(selection, { ...window, follow: true });
+      const { selection, ...window } = await windowArgs(req.query, req.log);
+      const feed = await opened(req.log, logs.window(selection, { ...window, follow: true }));
       await streamSse(reply, feed, ctx(req.log), true);
     },
   );
@@ -297,8 +318,8 @@ export const logRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) => {
       const logs = port(app);
-      const { selection, ...window } = await windowArgs(logs, req.query, req.log);
-      const feed = logs.window(selection, { ...window, follow: false });
+      const { selection, ...window } = await windowArgs(req.query, req.log);
+      const feed = await opened(req.log, logs.window(selection, { ...window, follow: false }));
       const name = `logs-${new Date().toISOString()}.txt`;
       return reply
         .header('content-type', 'text/plain; charset=utf-8')

@@ -10,7 +10,7 @@ import type { SelfUpdateEngine } from '../../../src/adapters/self-update.ts';
 import { loadSettings, type Settings } from '../../../src/config.ts';
 import { createLogger, RecentLines, SecretSet } from '../../../src/logger.ts';
 import { hashPassword } from '../../../src/state/users.ts';
-import type { ContainerLogsPort, RuntimePort, VersionInfo } from '../../../src/contracts/ports.ts';
+import type { ContainerLogsPort, ContainerView, PlatformContainer, RuntimePort, VersionInfo } from '../../../src/contracts/ports.ts';
 import { createTestDatabase, type TestDatabase } from '../shared/db.ts';
 import type { Role } from '../../../src/db/schema.ts';
 
@@ -45,6 +45,9 @@ const notInContainer: RuntimePort = {
 };
 
 
+/** A container of a stand-in for the engine's logs, as the observer records containers. */
+const observedAs = (c: PlatformContainer): ContainerView => ({ name: c.name, service: c.service, state: c.state, health: null, image: `${c.service}:test`, digest: null, since: null });
+
 export interface TestAppOptions {
   env?: Record<string, string>;
   runtime?: RuntimePort;
@@ -56,6 +59,11 @@ export interface TestAppOptions {
   selfUpdateEngine?: SelfUpdateEngine;
   /** Platform container logs; default: the real engine adapter, as the server wires it; null: none (the log routes answer 503). */
   logs?: ContainerLogsPort | null;
+  /**
+   * The platform's containers the observer sees, when `logs` stands in for the engine: the log
+   * routes check names against them (default: the engine's containers of PLATFORM_PROJECT).
+   */
+  platformContainers?: () => PlatformContainer[];
   /** The logger's level (default `trace`: tests see every line). */
   logLevel?: string;
   /** Start the observer (the writer of observed state the read endpoints answer from) even without the controllers; default true. */
@@ -107,7 +115,12 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
   };
   const wired = wire(
     { settings, secrets, logger, database: db.database, secretSet, recentLogs },
-    { runtime: opts.runtime ?? notInContainer, ...(opts.selfUpdateEngine ? { selfUpdateEngine: opts.selfUpdateEngine } : {}), ...(opts.reconcile ? { reconcile: opts.reconcile } : {}) },
+    {
+      runtime: opts.runtime ?? notInContainer,
+      ...(opts.platformContainers ? { platformContainers: async () => opts.platformContainers!().map(observedAs) } : {}),
+      ...(opts.selfUpdateEngine ? { selfUpdateEngine: opts.selfUpdateEngine } : {}),
+      ...(opts.reconcile ? { reconcile: opts.reconcile } : {}),
+    },
   );
   const { logs: realLogs, ...deps } = wired.deps;
   const logsPort = opts.logs === undefined ? realLogs : opts.logs;

@@ -13,11 +13,8 @@ export class PushedLogs implements ContainerLogsPort {
   /** Lines already pushed, replayed (the last `tail` of them) to a feed that opens later. */
   private history: ContainerLogLine[] = [];
 
-  constructor(private readonly list: PlatformContainer[]) {}
-
-  async containers(): Promise<PlatformContainer[]> {
-    return this.list;
-  }
+  /** `containers`: the platform's containers these lines come from (give them to the observer too). */
+  constructor(readonly containers: PlatformContainer[]) {}
 
   /** Feeds open now. */
   get open(): number {
@@ -43,6 +40,7 @@ export class PushedLogs implements ContainerLogsPort {
       f.wake?.();
     };
     return {
+      opened: Promise.resolve(),
       close,
       async *[Symbol.asyncIterator]() {
         try {
