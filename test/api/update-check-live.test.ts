@@ -5,22 +5,13 @@
 // Postgres, with the registry and compose files in memory; the setting keeps its default (the
 // observer's own reads of the channel every 300 s).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
+import { REPO, startSelfUpdateApp, type SelfUpdateApp, type SelfUpdateCheck as Check } from '../helpers/api/self-update.ts';
 import { TEST_SECRETS } from '../helpers/api/app.ts';
 import { sql } from 'kysely';
 import { OBSERVED_WRITTEN_CHANNEL, ObservedWrites, observeNow, readObserved, requestRefresh } from '../../src/state/observed.ts';
 import { createTestDatabase } from '../helpers/shared/db.ts';
 
 const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy' };
-
-interface Check {
-  updateAvailable: boolean;
-  currentDigest: string | null;
-  remoteDigest: string | null;
-  composeChanged: boolean | null;
-  error?: string;
-  observedAt: string | null;
-}
 
 let t: SelfUpdateApp;
 async function check(): Promise<Check> {

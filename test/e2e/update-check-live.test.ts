@@ -9,18 +9,10 @@ import { renameSync } from 'node:fs';
 import { Images, startInstaller, type InstallerUnderTest } from '../helpers/e2e/self-update-rig.ts';
 import { registryDoor, type RegistryDoor } from '../helpers/e2e/fake-registries.ts';
 import { REGISTRY } from '../helpers/e2e/rig.ts';
+import type { SelfUpdateCheck as Check } from '../helpers/api/self-update.ts';
 
 const BASE = 'live-1';
 const NEXT = 'live-2';
-
-interface Check {
-  updateAvailable: boolean;
-  currentDigest: string | null;
-  remoteDigest: string | null;
-  composeChanged: boolean | null;
-  error?: string;
-  observedAt: string | null;
-}
 
 const images = new Images();
 let door: RegistryDoor;

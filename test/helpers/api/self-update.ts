@@ -33,6 +33,9 @@ export interface SelfUpdateCheck {
   error?: string;
   warning?: string;
   lastUpdate: { status: string | null; detail: string | null; at: string | null; targetDigest: string | null; jobId?: string | null };
+  /** When the observation of the channel the answer comes from began. */
+  observedAt: string | null;
+  ageMs: number | null;
 }
 
 export class FakeRuntime implements RuntimePort {
