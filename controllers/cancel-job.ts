@@ -4,7 +4,7 @@
 // (requeue-after) while a running one has not ended, and says when the target had already ended.
 import type { Kysely } from 'kysely';
 import type { DB } from '../src/db/schema.ts';
-import { getJob, updateJobStatus } from '../src/state/jobs.ts';
+import { getJob, observeJobGeneration, updateJobStatus } from '../src/state/jobs.ts';
 import { recordFinished, recordStarted } from '../src/state/actions.ts';
 import { hasJobEvent, type JobEventLog } from '../src/state/job-events.ts';
 import { finishUnrun } from './runtime/job-run.ts';
@@ -62,6 +62,7 @@ export class CancelJobReconciler implements Reconciler<string> {
       if (target.phase === 'queued') {
         const detail = `cancelled by ${by} before it started`;
         if (await finishUnrun(this.d, targetId, { phase: 'failed', state: 'cancelled', detail, from: ['queued'] }).catch(() => false)) {
+          await observeJobGeneration(db, targetId, target.generation);
           return { phase: 'completed', detail: `cancelled job ${targetId} before it started` };
         }
         continue; // claimed meanwhile: it runs now, and its reconciler sees the cancel on its row
@@ -71,6 +72,8 @@ export class CancelJobReconciler implements Reconciler<string> {
         return 'running';
       }
       // Ended: by this cancel (its chart ended `cancelled`, possibly before this reconciler looked), or before it.
+      // Either way the target's status is final, and it answers the generation the cancel made.
+      await observeJobGeneration(db, targetId, target.generation);
       // The detail is written with the phase (the snapshot may land later): the chart's cancelled end says who.
       const byCancel =
         this.sawRunning.has(requestId) ||

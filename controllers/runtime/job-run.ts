@@ -4,8 +4,8 @@
 // boot the jobs a restart interrupted. A kind supplies only its chart and actors (`ChartPlan`).
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
-import type { Condition, DB, JobPhase } from '../../src/db/schema.ts';
-import { finishJob, getJob, runningJobs, unsettledEndedJobs, updateJobStatus, type JobView } from '../../src/state/jobs.ts';
+import type { DB, JobPhase } from '../../src/db/schema.ts';
+import { finishJob, getJob, jobConditions, observeJobGeneration, runningJobs, unsettledEndedJobs, updateJobStatus, type JobView } from '../../src/state/jobs.ts';
 import { hasJobEvent } from '../../src/state/job-events.ts';
 import { putReconciled } from '../../src/state/conditions.ts';
 import type { RowStatus } from './reconcile.ts';
@@ -53,16 +53,6 @@ export interface JobRunDeps {
  */
 export function mirrorLogger(logger: Logger): Logger {
   return logger.child({ mirror: 'job-output' }, { level: 'info' });
-}
-
-/** The job's conditions (Kubernetes style) on its status row: whether it is still at work, and how it ended. */
-export function jobConditions(end: { state: string; phase: 'completed' | 'failed'; detail: string | null } | null): Condition[] {
-  const at = new Date().toISOString();
-  if (!end) return [{ type: 'Progressing', status: 'True', reason: 'Running', message: 'the job chart is running', at }];
-  return [
-    { type: 'Progressing', status: 'False', reason: end.state, message: `the job ended ${end.phase}`, at },
-    { type: 'Succeeded', status: end.phase === 'completed' ? 'True' : 'False', reason: end.state, message: end.detail ?? '', at },
-  ];
 }
 
 export const INTERRUPTED = 'interrupted: the backend restarted while the job was running';
@@ -114,11 +104,14 @@ export class RunningJobs {
     return p;
   }
 
-  /** Level-based: each running job whose row now asks for a cancel gets CANCEL (the chart ignores repeats). */
+  /**
+   * Level-based: each running job whose row now asks for a cancel gets CANCEL (the chart ignores
+   * repeats), and its status then answers that generation of the request.
+   */
   async watch(): Promise<void> {
     for (const [jobId, chart] of this.charts) {
       const row = await getJob(this.db, jobId);
-      if (row?.cancelRequestedBy) chart.send({ type: 'CANCEL', by: row.cancelRequestedBy });
+      if (row?.cancelRequestedBy) await cancelChart(this.db, row, chart);
     }
   }
 }
@@ -184,7 +177,7 @@ export async function runJob(d: JobRunDeps, job: JobView, running: RunningJobs, 
       // A cancel that arrived before the job was claimed takes effect now (or at the next wake,
       // if the row cannot be read: the chart runs on either way).
       const fresh = await getJob(db, jobId).catch(() => null);
-      if (fresh?.cancelRequestedBy) chart.send({ type: 'CANCEL', by: fresh.cancelRequestedBy });
+      if (fresh?.cancelRequestedBy) await cancelChart(db, fresh, chart).catch(() => {});
     },
   });
 
@@ -204,6 +197,12 @@ export async function runJob(d: JobRunDeps, job: JobView, running: RunningJobs, 
   await recordEnd(d, jobId, progress.end, { snapshot: result.persisted, chartVersion: plan.chartVersion, afterStatus: () => writes.flush() });
   running.delete(jobId);
   logger.info({ jobId, outcome: phase, state: end.state, exitCode: end.exitCode }, `job ${jobId} ${phase}${detail ? `: ${detail}` : ''}`);
+}
+
+/** Sends a job's chart the cancel its row asks for, and records that its status answers that generation. */
+async function cancelChart(db: Kysely<DB>, row: JobView, chart: RunningChart): Promise<void> {
+  chart.send({ type: 'CANCEL', by: row.cancelRequestedBy! });
+  if (row.observedGeneration !== row.generation) await observeJobGeneration(db, row.jobId, row.generation);
 }
 
 async function hasAuditRow(db: Kysely<DB>, jobId: string): Promise<boolean> {
@@ -234,12 +233,10 @@ export async function recordEnd(
   if (!row) return false;
   // A retry finds the status row already ended with this end: the rest is completed.
   const ours = (row.phase === 'completed' || row.phase === 'failed') && row.phase === end.phase && row.detail === end.detail;
-  if (!ours && !(await finishJob(db, jobId, { phase: end.phase, detail: end.detail, exitCode: end.exitCode }, opts.from))) return false;
+  // The status row and its end conditions, in one write.
+  if (!ours && !(await finishJob(db, jobId, { phase: end.phase, state: end.state, detail: end.detail, exitCode: end.exitCode }, opts.from))) return false;
   await opts.afterStatus?.();
-  await updateJobStatus(db, jobId, {
-    ...(opts.snapshot !== undefined ? { snapshot: opts.snapshot, chartVersion: opts.chartVersion ?? '' } : {}),
-    conditions: jobConditions(end),
-  });
+  if (opts.snapshot !== undefined) await updateJobStatus(db, jobId, { snapshot: opts.snapshot, chartVersion: opts.chartVersion ?? '' });
   await (opts.audit ?? (() => finishAudit(db, jobId, end.phase, end.exitCode, end.detail)))();
   await events.open(jobId);
   if (!(await hasJobEvent(db, jobId, 'finished'))) {

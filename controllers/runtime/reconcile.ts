@@ -7,7 +7,7 @@
 // - `terminal(error)`: the row cannot succeed; the runtime ends it failed with the error as its detail.
 // - a throw: transient. The runtime records it as a condition on the row, retries with a bounded
 //   backoff, and ends the row failed (the error in its detail, exit code null) when retries run out.
-import type { Condition } from '../../src/db/schema.ts';
+import type { Condition } from '../../src/contracts/conditions.ts';
 
 export type ReconcileResult =
   | { readonly outcome: 'done' }
@@ -53,5 +53,5 @@ export function backoffDelay(b: Backoff, attempt: number): number | null {
 /** The condition a thrown error leaves on the row. */
 export function errorCondition(reconciler: string, err: unknown, attempt: number, at: Date = new Date()): Condition {
   const message = err instanceof Error ? err.message : String(err);
-  return { type: 'Reconciled', status: 'False', reason: 'ReconcileError', message: `${reconciler} (attempt ${attempt}): ${message}`, at: at.toISOString() };
+  return { type: 'Reconciled', status: 'False', reason: 'ReconcileError', message: `${reconciler} (attempt ${attempt}): ${message}`, observedAt: at.toISOString() };
 }

@@ -5,7 +5,7 @@
 // later, `terminal` ends the row failed, and a throw is recorded on the row and retried with a
 // bounded backoff until the row is ended failed. A watchdog ends the rows past their deadline.
 import type { Logger } from 'pino';
-import type { Condition } from '../../src/db/schema.ts';
+import type { Condition } from '../../src/contracts/conditions.ts';
 import { backoffDelay, DEFAULT_BACKOFF, errorCondition, type Backoff, type ReconcileResult, type Reconciler, type RowStatus } from './reconcile.ts';
 import type { Listen } from './shared-listen.ts';
 
@@ -60,7 +60,7 @@ interface Entry<K> {
 
 /** The condition a success after failed attempts leaves on the row. */
 export function recoveredCondition(reconciler: string, attempts: number, at: Date = new Date()): Condition {
-  return { type: 'Reconciled', status: 'True', reason: 'Recovered', message: `${reconciler}: reconciled after ${attempts} failed attempt${attempts === 1 ? '' : 's'}`, at: at.toISOString() };
+  return { type: 'Reconciled', status: 'True', reason: 'Recovered', message: `${reconciler}: reconciled after ${attempts} failed attempt${attempts === 1 ? '' : 's'}`, observedAt: at.toISOString() };
 }
 
 const messageOf = (err: unknown) => (err instanceof Error ? err.message : String(err));

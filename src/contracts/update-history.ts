@@ -1,5 +1,6 @@
 // One entry of the self-update history as GET /api/system/self-update/history sends it and the UI
 // reads it (docs/adr/0031-update-history.md).
+import type { Condition } from './conditions.ts';
 
 export interface UpdateHistoryEntry {
   requestId: string;
@@ -19,4 +20,6 @@ export interface UpdateHistoryEntry {
   firstReadyAt: string | null;
   startedAt: string;
   finishedAt: string | null;
+  /** The update's status conditions: the runtime's `Reconciled` once an attempt failed (docs/adr/0042-reconcile-contract.md). */
+  conditions: Condition[];
 }

@@ -1,5 +1,6 @@
 // Table types for Kysely. Column names are snake_case in SQL and the same here.
 import type { JobKind } from '../contracts/job-kinds.ts';
+import type { Condition } from '../contracts/conditions.ts';
 import type { ColumnType, Generated, Insertable, Selectable, Updateable } from 'kysely';
 
 type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
@@ -68,6 +69,7 @@ export interface DeploymentJobsTable {
   actor_email: string | null;
   /** Who vouched for `actor` (migration 0014); null on requests written before it. */
   actor_kind: ActorKind | null;
+  /** 1 when written, bumped by each change of the request (a cancel); the status row's `observed_generation` follows it. */
   generation: Generated<number>;
   cancel_requested_by: string | null;
   cancel_requested_at: Date | null;
@@ -76,19 +78,14 @@ export interface DeploymentJobsTable {
 
 export type JobPhase = 'queued' | 'running' | 'completed' | 'failed';
 
-export interface Condition {
-  type: string;
-  status: 'True' | 'False' | 'Unknown';
-  reason: string;
-  message: string;
-  at: string;
-}
-
 /** Observed state: what the jobs controller saw and did. */
 export interface DeploymentJobStatusTable {
   job_id: string;
   phase: JobPhase;
+  /** Read through `conditionsOf`: rows written before migration 0022 name the time `at`. */
   conditions: Json<Condition[]>;
+  /** The request's generation the jobs controller last acted on (migration 0022); null until it looked. */
+  observed_generation: number | null;
   snapshot: Json<unknown> | null;
   chart_version: string | null;
   claimed_by: string | null;
@@ -143,7 +140,6 @@ export interface SelfUpdateRequestsTable {
   job_id: string | null;
   /** The digest the update policy decided on (migration 0019); preflight installs only it. Null for a start by hand. */
   decided_digest: string | null;
-  generation: Generated<number>;
   created_at: Timestamp;
 }
 
@@ -151,6 +147,7 @@ export interface SelfUpdateRequestsTable {
 export interface SelfUpdateStatusTable {
   request_id: string;
   phase: SelfUpdatePhase;
+  /** The runtime's `Reconciled` condition; read through `conditionsOf`. */
   conditions: Json<Condition[]>;
   snapshot: Json<unknown> | null;
   chart_version: string | null;
@@ -244,7 +241,7 @@ export interface UpdateQuarantineTable {
 export interface ObservedStateTable {
   key: string;
   data: Json<unknown>;
-  conditions: Json<unknown>;
+  conditions: ColumnType<Condition[], Condition[] | string | undefined, Condition[] | string>;
   /** When the observation that wrote the row began (database clock); null until the first one. */
   observed_at: Date | null;
   /** Bumped by a reader that wants a fresh observation (bigint: a string from pg). */

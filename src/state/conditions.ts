@@ -1,7 +1,8 @@
 // The runtime's `Reconciled` condition on a row (docs/adr/0042-reconcile-contract.md): put in
 // place of the row's previous one, beside the conditions its reconciler writes.
 import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
-import type { Condition, DB } from '../db/schema.ts';
+import type { DB } from '../db/schema.ts';
+import type { Condition } from '../contracts/conditions.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 

@@ -3,7 +3,8 @@
 // never run twice at once, whatever number of controllers wake.
 import { randomUUID } from 'node:crypto';
 import { sql, type Kysely, type Transaction } from 'kysely';
-import type { Condition, DB, JobPhase } from '../db/schema.ts';
+import type { DB, JobPhase } from '../db/schema.ts';
+import { conditionsOf, type Condition } from '../contracts/conditions.ts';
 import type { JobKind } from '../contracts/job-kinds.ts';
 import type { ActorKind, RecordedActor } from '../auth/actor.ts';
 import { refuseConflicting } from './exclusion.ts';
@@ -38,7 +39,21 @@ export interface JobView {
   finishedAt: Date | null;
   hungDeadline: Date | null;
   cancelRequestedBy: string | null;
+  /** The request's generation: 1, bumped by a cancel. */
+  generation: number;
+  /** The generation the jobs controller last acted on; null until it looked (or on a row from before migration 0022). */
+  observedGeneration: number | null;
   conditions: Condition[];
+}
+
+/** The job's conditions: whether it is still at work (`Progressing`), and how it ended (`Succeeded`). */
+export function jobConditions(end: { state: string; phase: 'completed' | 'failed'; detail: string | null } | null): Condition[] {
+  const observedAt = new Date().toISOString();
+  if (!end) return [{ type: 'Progressing', status: 'True', reason: 'Running', message: 'the job is running', observedAt }];
+  return [
+    { type: 'Progressing', status: 'False', reason: end.state, message: `the job ended ${end.phase}`, observedAt },
+    { type: 'Succeeded', status: end.phase === 'completed' ? 'True' : 'False', reason: end.state, message: end.detail ?? '', observedAt },
+  ];
 }
 
 /** Inserts a job request with its queued status and wakes the controllers, in one transaction. */
@@ -89,21 +104,23 @@ export async function insertSelfUpdateJob(tx: Transaction<DB>, jobId: string, ac
   await tx
     .insertInto('deployment_job_status')
     .values({
-      job_id: jobId, phase: 'running', conditions: '[]', snapshot: null, chart_version: null, claimed_by: null,
+      // Running as written: the update's reconcilers act on this generation of the request, the only one.
+      job_id: jobId, phase: 'running', conditions: JSON.stringify(jobConditions(null)), observed_generation: 1, snapshot: null, chart_version: null, claimed_by: null,
       started_at: new Date(), finished_at: null, exit_code: null, detail: null, last_output_at: null, hung_deadline: null, runner_pid: null,
     })
     .execute();
 }
 
 const jobColumns = [
-  'j.job_id', 'j.kind', 'j.params', 'j.actor', 'j.actor_email', 'j.actor_kind', 'j.created_at', 'j.cancel_requested_by',
-  's.phase', 's.detail', 's.exit_code', 's.started_at', 's.finished_at', 's.hung_deadline', 's.conditions', 's.snapshot',
+  'j.job_id', 'j.kind', 'j.params', 'j.actor', 'j.actor_email', 'j.actor_kind', 'j.created_at', 'j.cancel_requested_by', 'j.generation',
+  's.phase', 's.detail', 's.exit_code', 's.started_at', 's.finished_at', 's.hung_deadline', 's.conditions', 's.snapshot', 's.observed_generation',
 ] as const;
 
 type JobRow = {
   job_id: string; kind: JobKind; params: unknown; actor: string; actor_email: string | null; actor_kind: ActorKind | null; created_at: Date;
   cancel_requested_by: string | null; phase: JobPhase; detail: string | null; exit_code: number | null;
   started_at: Date | null; finished_at: Date | null; hung_deadline: Date | null; conditions: unknown; snapshot: unknown;
+  generation: number; observed_generation: number | null;
 };
 
 function toView(r: JobRow): JobView {
@@ -125,7 +142,9 @@ function toView(r: JobRow): JobView {
     finishedAt: r.finished_at ? new Date(r.finished_at) : null,
     hungDeadline: r.hung_deadline ? new Date(r.hung_deadline) : null,
     cancelRequestedBy: r.cancel_requested_by,
-    conditions: (r.conditions ?? []) as Condition[],
+    generation: r.generation,
+    observedGeneration: r.observed_generation,
+    conditions: conditionsOf(r.conditions),
   };
 }
 
@@ -165,7 +184,7 @@ export async function claimNextJob(
     let q = tx
       .selectFrom('deployment_job_status as s')
       .innerJoin('deployment_jobs as j', 'j.job_id', 's.job_id')
-      .select('s.job_id')
+      .select(['s.job_id', 'j.generation'])
       .where('s.phase', '=', 'queued')
       .orderBy('j.created_at')
       .limit(1)
@@ -177,7 +196,8 @@ export async function claimNextJob(
     if (!row) return undefined;
     await tx
       .updateTable('deployment_job_status')
-      .set({ phase: 'running', claimed_by: worker, started_at: new Date(), updated_at: new Date(), ...(hungDeadline ? { hung_deadline: hungDeadline } : {}) })
+      // The claim acts on the request as it reads it: that generation is observed.
+      .set({ phase: 'running', claimed_by: worker, started_at: new Date(), updated_at: new Date(), observed_generation: row.generation, ...(hungDeadline ? { hung_deadline: hungDeadline } : {}) })
       .where('job_id', '=', row.job_id)
       .execute();
     return row.job_id;
@@ -215,20 +235,31 @@ export async function updateJobStatus(db: Conn, jobId: string, patch: StatusPatc
     .execute();
 }
 
+/** Written by a job's reconciler: the request's generation it has acted on (never lowered). */
+export async function observeJobGeneration(db: Conn, jobId: string, generation: number): Promise<void> {
+  await db
+    .updateTable('deployment_job_status')
+    .set({ observed_generation: sql<number>`greatest(coalesce(observed_generation, 0), ${generation})`, updated_at: new Date() })
+    .where('job_id', '=', jobId)
+    .execute();
+}
+
 /**
- * Ends a job: phase completed or failed, with its detail and exit code. Only a running or queued
- * job ends. A job that fails queues a `job.failed` notification in the same transaction.
+ * Ends a job: phase completed or failed, with its detail, exit code and end conditions (`state`:
+ * the chart's final state, their reason; the phase when not given). Only a running or queued job
+ * ends. A job that fails queues a `job.failed` notification in the same transaction.
  */
 export async function finishJob(
   db: Conn,
   jobId: string,
-  outcome: { phase: 'completed' | 'failed'; detail: string | null; exitCode: number | null },
+  outcome: { phase: 'completed' | 'failed'; state?: string; detail: string | null; exitCode: number | null },
   from: readonly JobPhase[] = ['queued', 'running'],
 ): Promise<boolean> {
+  const conditions = withReconciled(jobConditions({ state: outcome.state ?? outcome.phase, phase: outcome.phase, detail: outcome.detail }));
   const write = async (tx: Conn) => {
     const res = await tx
       .updateTable('deployment_job_status')
-      .set({ phase: outcome.phase, detail: outcome.detail, exit_code: outcome.exitCode, finished_at: new Date(), updated_at: new Date(), runner_pid: null })
+      .set({ phase: outcome.phase, detail: outcome.detail, exit_code: outcome.exitCode, conditions: conditions as never, finished_at: new Date(), updated_at: new Date(), runner_pid: null })
       .where('job_id', '=', jobId)
       .where('phase', 'in', from)
       .executeTakeFirst();
@@ -251,11 +282,11 @@ export async function finishJob(
   return db.transaction().execute(write);
 }
 
-/** Records who asked to cancel a job; false when the job has already ended. */
+/** Records who asked to cancel a job, a new generation of its request; false when the job has already ended. */
 export async function requestCancel(db: Conn, jobId: string, by: string): Promise<boolean> {
   const res = await db
     .updateTable('deployment_jobs')
-    .set({ cancel_requested_by: by, cancel_requested_at: new Date() })
+    .set({ cancel_requested_by: by, cancel_requested_at: new Date(), generation: sql<number>`generation + 1` })
     .where('job_id', '=', jobId)
     .where('cancel_requested_at', 'is', null)
     .where(({ exists, selectFrom }) =>

@@ -6,6 +6,7 @@
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../db/schema.ts';
 import type { ContainerView, VersionInfo } from '../contracts/ports.ts';
+import type { Condition } from '../contracts/conditions.ts';
 
 export const OBSERVED_CHANNEL = 'observed_refresh';
 /** NOTIFY after the observer wrote a row, the key as payload: for readers that act on a change. */
@@ -14,14 +15,8 @@ export const OBSERVED_WRITTEN_CHANNEL = 'observed_written';
 export const OBSERVED_KEYS = ['platform', 'installer', 'channel', 'engine', 'registry', 'platformEnv'] as const;
 export type ObservedKey = (typeof OBSERVED_KEYS)[number];
 
-/** Kubernetes-style condition of an observed row. */
-export interface ObservedCondition {
-  type: 'EngineReachable' | 'RegistryReachable' | 'UpdateAvailable' | 'ComposeDrift' | 'ServicesKnown' | 'EnvRead';
-  status: 'True' | 'False' | 'Unknown';
-  reason: string;
-  message: string;
-  observedAt: string;
-}
+/** A condition of an observed row: the one shape (src/contracts/conditions.ts), with the observer's types. */
+export type ObservedCondition = Condition<'EngineReachable' | 'RegistryReachable' | 'UpdateAvailable' | 'ComposeDrift' | 'ServicesKnown' | 'EnvRead'>;
 
 /**
  * Whether the channel's newest build differs from the running one: decided once, by the observer

@@ -4,13 +4,12 @@
 // advisory lock, so concurrent requests cannot both start; a partial unique index backs it up.
 import { randomUUID } from 'node:crypto';
 import { sql, type Kysely, type Transaction } from 'kysely';
-import type { Condition, DB, SelfUpdatePhase } from '../db/schema.ts';
+import type { DB, SelfUpdatePhase } from '../db/schema.ts';
 import type { ActorKind, RecordedActor } from '../auth/actor.ts';
 import { conflict } from '../errors.ts';
 import { refuseConflicting } from './exclusion.ts';
-import { finishJob, insertSelfUpdateJob, updateJobStatus } from './jobs.ts';
+import { finishJob, insertSelfUpdateJob } from './jobs.ts';
 import { appendJobEvents, type NewJobEvent } from './job-events.ts';
-import { withReconciled } from './conditions.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
@@ -220,11 +219,10 @@ export interface SelfUpdatePatch {
   abortCode?: string | null;
   detail?: string | null;
   restoredAt?: Date | null;
-  conditions?: Condition[];
   finished?: boolean;
 }
 
-const COLUMN: Record<Exclude<keyof SelfUpdatePatch, 'snapshot' | 'conditions' | 'finished'>, string> = {
+const COLUMN: Record<Exclude<keyof SelfUpdatePatch, 'snapshot' | 'finished'>, string> = {
   phase: 'phase', chartVersion: 'chart_version', channel: 'channel', targetTag: 'target_tag', targetDigest: 'target_digest',
   targetImageId: 'target_image_id', previousReference: 'previous_reference', previousDigest: 'previous_digest',
   previousImageId: 'previous_image_id', preUpdateMigration: 'pre_update_migration', backupFile: 'backup_file', stagedComposeSha256: 'staged_compose_sha256', actionId: 'action_id',
@@ -239,8 +237,6 @@ function patchValues(patch: SelfUpdatePatch): Record<string, unknown> {
     if (v !== undefined) set[col] = v;
   }
   if (patch.snapshot !== undefined) set.snapshot = JSON.stringify(patch.snapshot);
-  // The runtime's `Reconciled` condition is its own: a write of the other conditions keeps it.
-  if (patch.conditions !== undefined) set.conditions = withReconciled(patch.conditions);
   if (patch.finished) set.finished_at = new Date();
   return set;
 }
@@ -363,10 +359,8 @@ export async function finishTranscript(db: Conn, jobId: string | null, end: Tran
   if (!jobId) return false;
   const write = async (tx: Transaction<DB>) => {
     const outcome = end.state === 'completed' || end.state === 'newest' ? 'completed' : 'failed';
-    if (!(await finishJob(tx, jobId, { phase: outcome, detail: end.detail, exitCode: end.exitCode }, ['running']))) return false;
-    await updateJobStatus(tx, jobId, {
-      conditions: [{ type: 'Finished', status: 'True', reason: end.state, message: end.detail ?? end.state, at: new Date().toISOString() }],
-    });
+    // Its conditions say how it ended, as every job's do, with the update's phase as their reason.
+    if (!(await finishJob(tx, jobId, { phase: outcome, state: end.state, detail: end.detail, exitCode: end.exitCode }, ['running']))) return false;
     await appendJobEvents(
       tx,
       jobId,

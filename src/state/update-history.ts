@@ -5,6 +5,7 @@ import { sql, type Kysely, type Transaction } from 'kysely';
 import type { DB, SelfUpdatePhase } from '../db/schema.ts';
 import { SPAWNED } from './self-update.ts';
 import type { UpdateHistoryEntry } from '../contracts/update-history.ts';
+import { conditionsOf } from '../contracts/conditions.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
@@ -69,7 +70,7 @@ export async function listUpdateHistory(db: Conn, page: { before?: string; limit
     .innerJoin('self_update_requests as r', 'r.request_id', 's.request_id')
     .select([
       's.request_id', 'r.actor', 'r.actor_email', 's.phase', 's.detail', 's.previous_reference', 's.previous_digest', 's.target_tag', 's.target_digest',
-      's.downtime_ms', 's.downtime_note', 's.last_answer_at', 's.first_ready_at', 's.created_at', 's.finished_at',
+      's.downtime_ms', 's.downtime_note', 's.last_answer_at', 's.first_ready_at', 's.created_at', 's.finished_at', 's.conditions',
     ])
     .where('s.action_id', 'is not', null)
     .where('s.phase', 'in', SPAWNED);
@@ -93,6 +94,7 @@ export async function listUpdateHistory(db: Conn, page: { before?: string; limit
     firstReadyAt: iso(r.first_ready_at),
     startedAt: iso(r.created_at)!,
     finishedAt: iso(r.finished_at),
+    conditions: conditionsOf(r.conditions),
   }));
 }
 

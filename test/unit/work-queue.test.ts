@@ -3,7 +3,7 @@
 // stop ending every timer, and the watchdog ending overdue rows (docs/adr/0042-reconcile-contract.md).
 import { afterEach, describe, expect, it } from 'vitest';
 import { pino } from 'pino';
-import type { Condition } from '../../src/db/schema.ts';
+import type { Condition } from '../../src/contracts/conditions.ts';
 import { done, requeueAfter, terminal, type ReconcileResult, type RowStatus } from '../../controllers/runtime/reconcile.ts';
 import { WorkQueue, type Overdue, type WorkQueueOptions } from '../../controllers/runtime/work-queue.ts';
 import { eventually } from '../helpers/shared/eventually.ts';

@@ -2,6 +2,7 @@
 import { z } from 'zod';
 import type { JobView } from '../../state/jobs.ts';
 import { JOB_KIND_NAMES } from '../../contracts/job-kinds.ts';
+import { conditionSchema } from '../condition-schema.ts';
 
 export const jobSchema = z.object({
   jobId: z.string(),
@@ -18,6 +19,9 @@ export const jobSchema = z.object({
   finishedAt: z.string().nullable(),
   hungDeadline: z.string().nullable(),
   cancelRequestedBy: z.string().nullable(),
+  generation: z.number().int().describe('The request\'s generation: 1, bumped by a cancel'),
+  observedGeneration: z.number().int().nullable().describe('The generation the jobs controller last acted on; below `generation` while a cancel is not yet seen; null until the controller looked'),
+  conditions: z.array(conditionSchema).describe('Progressing and Succeeded (how the job ended), and the runtime\'s Reconciled once an attempt failed'),
 });
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
@@ -36,6 +40,9 @@ export const viewJob = (j: JobView): z.infer<typeof jobSchema> => ({
   finishedAt: iso(j.finishedAt),
   hungDeadline: iso(j.hungDeadline),
   cancelRequestedBy: j.cancelRequestedBy,
+  generation: j.generation,
+  observedGeneration: j.observedGeneration,
+  conditions: j.conditions,
 });
 
 export const jobIdParams = z.object({ jobId: z.uuid({ error: 'must be a job id (a UUID)' }) });

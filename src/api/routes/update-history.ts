@@ -7,6 +7,7 @@ import { historyEntryExists, listUpdateHistory } from '../../state/update-histor
 import type { UpdateHistoryEntry } from '../../contracts/update-history.ts';
 import { badRequest } from '../../errors.ts';
 import { limitParam } from '../limit-param.ts';
+import { conditionSchema } from '../condition-schema.ts';
 
 export const HISTORY_LIMIT = { default: 20, max: 200 };
 
@@ -24,6 +25,7 @@ const entrySchema = z.object({
   firstReadyAt: z.string().nullable(),
   startedAt: z.string(),
   finishedAt: z.string().nullable(),
+  conditions: z.array(conditionSchema).describe("The update's status conditions: the runtime's Reconciled once an attempt failed"),
 }) satisfies z.ZodType<UpdateHistoryEntry>;
 
 export const updateHistoryRoutes: FastifyPluginAsyncZod = async (app) => {
