@@ -109,3 +109,21 @@ describe("a job's generation, observed generation and conditions", () => {
     await db().updateTable('deployment_job_status').set({ phase: 'failed' }).where('job_id', '=', jobId).execute();
   });
 });
+
+describe("an update's conditions", () => {
+  it("the history serves each update's conditions: the runtime's Reconciled once an attempt failed", async () => {
+    const quiet = randomUUID();
+    const retried = randomUUID();
+    for (const id of [quiet, retried]) {
+      await db().insertInto('self_update_requests').values({ request_id: id, actor: 'admin', actor_email: null }).execute();
+      await db().insertInto('self_update_status').values({ request_id: id, phase: 'completed', conditions: '[]', action_id: '1', target_digest: 'sha256:new', finished_at: new Date() }).execute();
+    }
+    const recovered = { type: 'Reconciled', status: 'True' as const, reason: 'Recovered', message: 'self-update: reconciled after 1 failed attempt', observedAt: '2026-01-02T03:04:05.000Z' };
+    await putReconciled(db(), 'self_update_status', retried, recovered);
+    const res = await t.app.inject({ method: 'GET', url: '/api/system/self-update/history', headers: await as('viewer') });
+    expect(res.statusCode, res.body).toBe(200);
+    const byId = new Map((res.json() as { requestId: string; conditions: unknown[] }[]).map((e) => [e.requestId, e.conditions]));
+    expect(byId.get(quiet)).toEqual([]);
+    expect(byId.get(retried)).toEqual([recovered]);
+  });
+});
