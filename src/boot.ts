@@ -9,6 +9,8 @@ import { openDatabase, type Database } from './db/database.ts';
 import { migrateDatabase, currentMigration } from './db/migrate.ts';
 import { countUsers, createUser } from './state/users.ts';
 import { loadTls, type TlsMaterial } from './adapters/tls.ts';
+import { connectEngine } from './adapters/docker-engine.ts';
+import { engineSupport, tooOldMessage } from './adapters/engine-version.ts';
 
 /** Exit code for a configuration error (sysexits EX_CONFIG). */
 export const EX_CONFIG = 78;
@@ -92,4 +94,25 @@ export async function ensureInitialAdmin(b: Booted): Promise<void> {
   await createUser(b.database.db, { username: 'admin', password, role: 'admin', mustChangePassword: true });
   const file = writeInitialAdminPassword(b.settings, password);
   b.logger.warn({ file }, 'created the first user "admin"; its password is in this file (readable by root only)');
+}
+
+/**
+ * Stops the process when the Docker engine answers with a version below the one this build needs
+ * (src/adapters/engine-version.ts): nothing it would do there is tested. An engine that does not
+ * answer is not a reason to stop: the installer reports it and recovers when the engine is back
+ * (docs/adr/0012-dependency-faults.md); the observer's facts say whether that engine is supported.
+ */
+export async function engineOrExit(b: Booted): Promise<void> {
+  const support = await engineSupport(connectEngine(b.settings.DOCKER_SOCKET));
+  if (!support.reachable) {
+    b.logger.warn({ socket: b.settings.DOCKER_SOCKET, reason: support.error }, 'the Docker engine did not answer at start: its version is checked when the observer reaches it');
+    return;
+  }
+  if (support.supported) return;
+  const message = tooOldMessage(support);
+  b.logger.fatal({ engine: { version: support.version, apiVersion: support.apiVersion } }, message);
+  b.logger.flush();
+  process.stderr.write(`installer: ${message}\n`);
+  await b.database.close();
+  process.exit(EX_CONFIG);
 }

@@ -1,7 +1,7 @@
 // The installer backend: boots, starts its controllers, serves the API and stops cleanly on
 // SIGTERM (it is PID 1 in its container, so an unhandled SIGTERM would make every stop wait for
 // the kill timeout).
-import { boot, ensureInitialAdmin, logCertificate, settingsOrExit, tlsOrExit } from './boot.ts';
+import { boot, engineOrExit, ensureInitialAdmin, logCertificate, settingsOrExit, tlsOrExit } from './boot.ts';
 import { platformCertificate } from './adapters/tls.ts';
 import { buildApp } from './api/app.ts';
 import { wire } from './wiring.ts';
@@ -13,6 +13,9 @@ const settings = settingsOrExit();
 const tls = await tlsOrExit(settings);
 const booted = await boot(settings, { migrate: settings.MIGRATE_ON_BOOT });
 const { logger, database } = booted;
+// An engine older than this build needs stops the process here, before it listens: a self-update
+// onto such a build ends in its rollback, not in a backend that half works.
+await engineOrExit(booted);
 await ensureInitialAdmin(booted);
 if (tls) logCertificate(logger, tls);
 

@@ -2,6 +2,7 @@
 // driver. Every call is bounded: a bundle is most wanted when something is stuck.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { apiAtLeast, MIN_ENGINE_API } from './engine-version.ts';
 import type Docker from 'dockerode';
 
 const run = promisify(execFile);
@@ -28,6 +29,9 @@ export async function engineFacts(docker: Docker): Promise<Record<string, unknow
   return {
     version: v.Version,
     apiVersion: v.ApiVersion,
+    // Whether this build runs against that engine (src/adapters/engine-version.ts).
+    minApiVersion: MIN_ENGINE_API,
+    supported: apiAtLeast(v.ApiVersion),
     os: v.Os,
     arch: v.Arch,
     kernel: v.KernelVersion,

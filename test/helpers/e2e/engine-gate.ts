@@ -44,6 +44,8 @@ export class EngineGate {
   private refusing = false;
   /** Requests dropped while refusing. */
   refused = 0;
+  /** Answers the gate rewrites on their way back: the engine's own JSON, changed by the test. */
+  private readonly alterations: { rule: HoldRule; change: (body: Record<string, unknown>) => Record<string, unknown> }[] = [];
 
   constructor(
     readonly socketPath: string,
@@ -109,6 +111,15 @@ export class EngineGate {
     return h;
   }
 
+  /**
+   * Passes matching requests on to the engine and changes its JSON answer before the client sees
+   * it (an engine that reports another version, say): what the client reads is the real engine's
+   * answer but for what `change` says.
+   */
+  alter(rule: HoldRule, change: (body: Record<string, unknown>) => Record<string, unknown>): void {
+    this.alterations.push({ rule, change });
+  }
+
   private match(req: IncomingMessage): (Hold & { waiters: ((h: HeldRequest) => void)[] }) | undefined {
     const ua = req.headers['user-agent'] ?? '';
     for (const h of this.holds) {
@@ -125,6 +136,8 @@ export class EngineGate {
       req.socket.destroy();
       return;
     }
+    const alteration = this.alterations.find((a) => a.rule.method === req.method && a.rule.path.test(req.url ?? ''));
+    if (alteration) return this.forwardAltered(req, res, alteration.change);
     const h = this.match(req);
     if (!h) return this.forward(req, res);
     let released = false;
@@ -163,6 +176,23 @@ export class EngineGate {
       res.end(JSON.stringify({ message: `engine gate: ${err.message}` }));
     });
     res.on('close', () => up.destroy());
+    req.pipe(up);
+  }
+
+  private forwardAltered(req: IncomingMessage, res: ServerResponse, change: (body: Record<string, unknown>) => Record<string, unknown>): void {
+    const up = request({ socketPath: this.upstream, method: req.method, path: req.url, headers: req.headers }, (upRes) => {
+      const parts: Buffer[] = [];
+      upRes.on('data', (c: Buffer) => parts.push(c));
+      upRes.on('end', () => {
+        const body = JSON.stringify(change(JSON.parse(Buffer.concat(parts).toString('utf8')) as Record<string, unknown>));
+        res.writeHead(upRes.statusCode ?? 502, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+        res.end(body);
+      });
+    });
+    up.on('error', (err) => {
+      if (!res.headersSent) res.writeHead(502, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ message: `engine gate: ${err.message}` }));
+    });
     req.pipe(up);
   }
 
