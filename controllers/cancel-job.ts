@@ -61,8 +61,8 @@ export class CancelJobReconciler implements Reconciler<string> {
       if (!target) return { phase: 'failed', detail: `no job ${targetId}` };
       if (target.phase === 'queued') {
         const detail = `cancelled by ${by} before it started`;
-        if (await finishUnrun(this.d, targetId, { phase: 'failed', state: 'cancelled', detail, from: ['queued'] }).catch(() => false)) {
-          await observeJobGeneration(db, targetId, target.generation);
+        // Its end is the answer to the cancel's generation, written with it.
+        if (await finishUnrun(this.d, targetId, { phase: 'failed', state: 'cancelled', detail, from: ['queued'], observedGeneration: target.generation }).catch(() => false)) {
           return { phase: 'completed', detail: `cancelled job ${targetId} before it started` };
         }
         continue; // claimed meanwhile: it runs now, and its reconciler sees the cancel on its row

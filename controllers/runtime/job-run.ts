@@ -222,6 +222,8 @@ export async function recordEnd(
   opts: {
     from?: readonly JobPhase[];
     audit?: () => Promise<unknown>;
+    /** The request's generation this end answers (a cancel), written with it. */
+    observedGeneration?: number;
     /** The chart's final snapshot, written after `afterStatus` (the snapshot writes still in flight). */
     snapshot?: unknown;
     chartVersion?: string;
@@ -234,7 +236,8 @@ export async function recordEnd(
   // A retry finds the status row already ended with this end: the rest is completed.
   const ours = (row.phase === 'completed' || row.phase === 'failed') && row.phase === end.phase && row.detail === end.detail;
   // The status row and its end conditions, in one write.
-  if (!ours && !(await finishJob(db, jobId, { phase: end.phase, state: end.state, detail: end.detail, exitCode: end.exitCode }, opts.from))) return false;
+  const observed = opts.observedGeneration !== undefined ? { observedGeneration: opts.observedGeneration } : {};
+  if (!ours && !(await finishJob(db, jobId, { phase: end.phase, state: end.state, detail: end.detail, exitCode: end.exitCode, ...observed }, opts.from))) return false;
   await opts.afterStatus?.();
   if (opts.snapshot !== undefined) await updateJobStatus(db, jobId, { snapshot: opts.snapshot, chartVersion: opts.chartVersion ?? '' });
   await (opts.audit ?? (() => finishAudit(db, jobId, end.phase, end.exitCode, end.detail)))();
@@ -288,9 +291,14 @@ export async function closeInterruptedJobs(d: Pick<JobRunDeps, 'db' | 'events' |
 export async function finishUnrun(
   d: Pick<JobRunDeps, 'db' | 'events'>,
   jobId: string,
-  end: { phase: 'completed' | 'failed'; state: string; detail: string; from?: readonly JobPhase[] },
+  end: { phase: 'completed' | 'failed'; state: string; detail: string; from?: readonly JobPhase[]; observedGeneration?: number },
   /** Written between the status row and the `finished` event (the job's audit row), as for every job. */
   audit?: () => Promise<unknown>,
 ): Promise<boolean> {
-  return recordEnd(d, jobId, { phase: end.phase, state: end.state, detail: end.detail, exitCode: null }, { ...(end.from ? { from: end.from } : {}), ...(audit ? { audit } : {}) });
+  const { phase, state, detail, from, observedGeneration } = end;
+  return recordEnd(d, jobId, { phase, state, detail, exitCode: null }, {
+    ...(from ? { from } : {}),
+    ...(audit ? { audit } : {}),
+    ...(observedGeneration !== undefined ? { observedGeneration } : {}),
+  });
 }

@@ -235,31 +235,37 @@ export async function updateJobStatus(db: Conn, jobId: string, patch: StatusPatc
     .execute();
 }
 
-/** Written by a job's reconciler: the request's generation it has acted on (never lowered). */
+/** The observed generation moved up to `generation`, never lowered. */
+const observedAtLeast = (generation: number) => sql<number>`greatest(coalesce(observed_generation, 0), ${generation})`;
+
+/** Written by a job's reconciler: the request's generation it has acted on. */
 export async function observeJobGeneration(db: Conn, jobId: string, generation: number): Promise<void> {
   await db
     .updateTable('deployment_job_status')
-    .set({ observed_generation: sql<number>`greatest(coalesce(observed_generation, 0), ${generation})`, updated_at: new Date() })
+    .set({ observed_generation: observedAtLeast(generation), updated_at: new Date() })
     .where('job_id', '=', jobId)
     .execute();
 }
 
 /**
  * Ends a job: phase completed or failed, with its detail, exit code and end conditions (`state`:
- * the chart's final state, their reason; the phase when not given). Only a running or queued job
- * ends. A job that fails queues a `job.failed` notification in the same transaction.
+ * the chart's final state, their reason; the phase when not given), and the request's generation
+ * the end answers when it is the reconciler's answer to a change (`observedGeneration`: a cancel).
+ * Only a running or queued job ends. A job that fails queues a `job.failed` notification in the
+ * same transaction.
  */
 export async function finishJob(
   db: Conn,
   jobId: string,
-  outcome: { phase: 'completed' | 'failed'; state?: string; detail: string | null; exitCode: number | null },
+  outcome: { phase: 'completed' | 'failed'; state?: string; detail: string | null; exitCode: number | null; observedGeneration?: number },
   from: readonly JobPhase[] = ['queued', 'running'],
 ): Promise<boolean> {
   const conditions = withReconciled(jobConditions({ state: outcome.state ?? outcome.phase, phase: outcome.phase, detail: outcome.detail }));
+  const observed = outcome.observedGeneration !== undefined ? { observed_generation: observedAtLeast(outcome.observedGeneration) } : {};
   const write = async (tx: Conn) => {
     const res = await tx
       .updateTable('deployment_job_status')
-      .set({ phase: outcome.phase, detail: outcome.detail, exit_code: outcome.exitCode, conditions: conditions as never, finished_at: new Date(), updated_at: new Date(), runner_pid: null })
+      .set({ phase: outcome.phase, detail: outcome.detail, exit_code: outcome.exitCode, conditions: conditions as never, ...observed, finished_at: new Date(), updated_at: new Date(), runner_pid: null })
       .where('job_id', '=', jobId)
       .where('phase', 'in', from)
       .executeTakeFirst();
