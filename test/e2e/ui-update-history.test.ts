@@ -8,6 +8,7 @@ import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { ensureUiBuilt, launchChromium, newPage, shoot, useToken } from '../helpers/e2e/ui.ts';
 import { requestSelfUpdate, updateSelfUpdate } from '../../src/state/self-update.ts';
 import { NO_LAST_ANSWER } from '../../src/state/update-history.ts';
+import { putReconciled } from '../../src/state/conditions.ts';
 
 let t: TestApp;
 let base = '';
@@ -84,5 +85,17 @@ describe('the update history on the Status page', () => {
     expect(await table.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => tr.getAttribute('data-request-id')))).toEqual(ids);
     expect(await more.count()).toBe(0);
     expect(await table.locator(`tr[data-request-id="${ids[11]}"]`).getByTestId('downtime').textContent()).toBe('3.10 s');
+  });
+
+  it("shows each update's conditions: none, or the runtime's Reconciled once an attempt failed", async () => {
+    await putReconciled(t.db.database.db, 'self_update_status', ids[2]!, {
+      type: 'Reconciled', status: 'True', reason: 'Recovered', message: 'self-update: reconciled after 2 failed attempts', observedAt: '2026-11-20T02:09:30.000Z',
+    });
+    await page.goto(`${base}/`);
+    const table = page.getByTestId('update-history-table');
+    const retried = table.locator(`tr[data-request-id="${ids[2]}"]`).getByTestId('update-conditions');
+    await poll(() => retried.locator('[data-condition="Reconciled"]').getAttribute('data-status')).toBe('True');
+    expect(await retried.textContent()).toBe('Reconciled=True Recovered: self-update: reconciled after 2 failed attempts');
+    expect(await table.locator(`tr[data-request-id="${ids[0]}"]`).getByTestId('update-conditions').textContent()).toBe('none');
   });
 });

@@ -145,6 +145,11 @@ describe('operator UI', () => {
       expect(seqs).toEqual(stored.filter((e) => e.type !== 'progress').map((e) => e.seq));
       await poll(() => page.getByTestId('stream-state').textContent()).toBe('finished');
       await poll(() => page.getByTestId('job-exit').textContent()).toBe('0');
+      // The status row's conditions, as the API serves them: no longer at work, and it succeeded.
+      const conditions = page.getByTestId('job-conditions');
+      await poll(() => conditions.locator('[data-condition="Succeeded"]').getAttribute('data-status')).toBe('True');
+      expect(await conditions.locator('[data-condition="Progressing"]').getAttribute('data-status')).toBe('False');
+      expect(await conditions.textContent()).toContain('Succeeded=True');
       expect(await page.getByTestId('cancel-job').count()).toBe(0);
       await shoot(page, 'job', { doc: true });
     } finally {
@@ -318,6 +323,27 @@ describe('operator UI', () => {
       expect(next).toContain('after hungTimeout');
       expect(next).toContain('CANCEL');
       await shoot(page, 'machines-running', { doc: true });
+    } finally {
+      await context.close();
+      await finishJob(db, jobId, { phase: 'failed', detail: 'ended by the UI test', exitCode: null });
+    }
+  });
+
+  it("a cancel shows on the job page as asked for, then as seen by the controller once its status answers it", async () => {
+    // Marked running from the start, so no chart of this process runs it: the cancel waits for its end.
+    const db = t.db.database.db;
+    const jobId = randomUUID();
+    await db.insertInto('deployment_jobs').values({ job_id: jobId, kind: 'pull', params: JSON.stringify({ services: ['web'] }), actor: 'operator', actor_email: null, cancel_requested_by: null, cancel_requested_at: null }).execute();
+    await db.insertInto('deployment_job_status').values({ job_id: jobId, phase: 'running', conditions: '[]', observed_generation: 1, claimed_by: 'ui-test', started_at: new Date() }).execute();
+    const { context, page } = await newPage(browser);
+    try {
+      await signIn(page, base, 'operator', `/jobs/${jobId}`);
+      await page.getByTestId('cancel-job').click();
+      await page.getByTestId('confirm-cancel').getByRole('button', { name: 'Cancel job' }).click();
+      await poll(() => page.getByTestId('job-cancel').textContent()).toBe('requested by operator, not yet seen by the controller');
+      await finishJob(db, jobId, { phase: 'failed', state: 'cancelled', detail: 'cancelled by operator', exitCode: null });
+      await poll(() => page.getByTestId('job-cancel').textContent()).toBe('requested by operator, seen by the controller');
+      expect(await page.getByTestId('job-conditions').locator('[data-condition="Succeeded"]').getAttribute('data-status')).toBe('False');
     } finally {
       await context.close();
       await finishJob(db, jobId, { phase: 'failed', detail: 'ended by the UI test', exitCode: null });

@@ -2,6 +2,7 @@
 // any call clears it and sends the user to sign-in.
 import type { ContainerView as Container } from '../../contracts/ports.ts';
 import type { ActorKind } from '../../contracts/audit.ts';
+import type { Condition } from '../../contracts/conditions.ts';
 
 export type Role = 'viewer' | 'operator' | 'admin';
 const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
@@ -142,6 +143,11 @@ export interface Job {
   finishedAt: string | null;
   hungDeadline: string | null;
   cancelRequestedBy: string | null;
+  /** 1, bumped by a cancel. */
+  generation: number;
+  /** The generation the jobs controller last acted on; null until it looked. */
+  observedGeneration: number | null;
+  conditions: Condition[];
 }
 
 export interface PlatformStatus {
@@ -208,6 +214,7 @@ export type { ChartNode, ChartEdge, ChartInstance, ChartView as Chart, ActionVie
 export type { Container };
 
 export type { ContainerLogLine as LogLine } from '../../contracts/ports.ts';
+export type { Condition };
 export type { UpdateHistoryEntry } from '../../contracts/update-history.ts';
 
 export type UpdatePolicyMode = 'manual' | 'notify' | 'auto';

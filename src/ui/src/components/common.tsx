@@ -1,6 +1,8 @@
-// Small shared pieces: badges, the modal dialog, error and notice boxes, scrolling tables, polling.
+// Small shared pieces: badges, conditions, the modal dialog, error and notice boxes, scrolling tables, polling.
 import type { ComponentChildren } from 'preact';
 import { useEffect, useId, useLayoutEffect, useRef, useState } from 'preact/hooks';
+import type { Condition } from '../api.ts';
+import { time } from '../format.ts';
 import { whilePageVisible } from '../visibility.ts';
 
 const TONE: Record<string, string> = {
@@ -16,6 +18,28 @@ export function Badge(props: { value: string | null | undefined; title?: string 
     <span class={`badge tone-${TONE[v] ?? 'muted'}`} title={props.title}>
       {v}
     </span>
+  );
+}
+
+/** `Progressing` is neither good nor bad; any other condition is good when True. */
+const conditionTone = (c: Condition) =>
+  c.status === 'Unknown' ? 'warn' : c.type === 'Progressing' ? (c.status === 'True' ? 'info' : 'muted') : c.status === 'True' ? 'ok' : 'bad';
+
+/** A status row's conditions (a job's, an update's): type and status, reason, message; when, on hover. */
+export function ConditionList(props: { conditions: readonly Condition[]; testid?: string }) {
+  if (!props.conditions.length) return <span class="muted" data-testid={props.testid}>none</span>;
+  return (
+    <ul class="conditions" data-testid={props.testid}>
+      {props.conditions.map((c) => (
+        <li key={c.type} data-condition={c.type} data-status={c.status} title={`observed ${time(c.observedAt)}`}>
+          <span class={`badge tone-${conditionTone(c)}`}>
+            {c.type}={c.status}
+          </span>{' '}
+          <span class="muted">{c.reason}</span>
+          {c.message ? `: ${c.message}` : ''}
+        </li>
+      ))}
+    </ul>
   );
 }
 

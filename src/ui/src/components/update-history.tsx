@@ -5,7 +5,7 @@ import { useState } from 'preact/hooks';
 import { request, type UpdateHistoryEntry } from '../api.ts';
 import { useApp } from '../app-context.ts';
 import { downtime, shortDigest, time } from '../format.ts';
-import { Badge, ErrorBox, TableScroll, usePoll } from './common.tsx';
+import { Badge, ConditionList, ErrorBox, TableScroll, usePoll } from './common.tsx';
 
 const PAGE = 10;
 
@@ -68,6 +68,7 @@ export function UpdateHistoryCard() {
                 <th>To</th>
                 <th>Outcome</th>
                 <th>Downtime</th>
+                <th>Conditions</th>
               </tr>
             </thead>
             <tbody>
@@ -87,6 +88,9 @@ export function UpdateHistoryCard() {
                   </td>
                   <td data-testid="downtime" title={e.downtimeMs !== null ? `${e.downtimeMs} ms: from the old backend's last answer (${time(e.lastAnswerAt)}) to the new one's first readiness (${time(e.firstReadyAt)})` : (e.downtimeNote ?? '')}>
                     {e.downtimeMs !== null ? downtime(e.downtimeMs) : <span class="muted">not measured</span>}
+                  </td>
+                  <td>
+                    <ConditionList conditions={e.conditions} testid="update-conditions" />
                   </td>
                 </tr>
               ))}

@@ -6,7 +6,7 @@ import { useApp } from '../app-context.ts';
 import { bytes, time } from '../format.ts';
 import { Link } from '../router.tsx';
 import { SseFollower, type FollowState } from '../sse.ts';
-import { Badge, Dialog, ErrorBox, Notice } from '../components/common.tsx';
+import { Badge, ConditionList, Dialog, ErrorBox, Notice } from '../components/common.tsx';
 import { whilePageVisible } from '../visibility.ts';
 
 /** Output entries kept on the page; older ones are dropped (the stream and the database keep them all). */
@@ -69,13 +69,17 @@ export function JobPage(props: { jobId: string }) {
   const [follow, setFollow] = useState(true);
   const pane = useRef<HTMLDivElement>(null);
 
-  /** Loads the status row; false once the job has ended (nothing more to poll for). */
+  /**
+   * Loads the status row; false once the job has ended and its status answers its request's last
+   * generation (a cancel that raced the end is still looked at by the controller).
+   */
   const loadJob = async (): Promise<boolean> => {
     try {
       const j = await api<Job>(`/api/deployment/jobs/${props.jobId}`);
       setJob(j);
       setJobError(null);
-      return j.phase !== 'completed' && j.phase !== 'failed';
+      const behind = j.observedGeneration !== null && j.observedGeneration < j.generation;
+      return (j.phase !== 'completed' && j.phase !== 'failed') || behind;
     } catch (err) {
       setJobError(err);
       return true;
@@ -231,9 +235,16 @@ export function JobPage(props: { jobId: string }) {
             {job.cancelRequestedBy && (
               <>
                 <dt>Cancel</dt>
-                <dd>requested by {job.cancelRequestedBy}</dd>
+                <dd data-testid="job-cancel">
+                  requested by {job.cancelRequestedBy},{' '}
+                  {job.observedGeneration !== null && job.observedGeneration >= job.generation ? 'seen by the controller' : 'not yet seen by the controller'}
+                </dd>
               </>
             )}
+            <dt>Conditions</dt>
+            <dd>
+              <ConditionList conditions={job.conditions} testid="job-conditions" />
+            </dd>
           </dl>
           {hasRole(me, 'operator') && !ended && !job.cancelRequestedBy && job.kind !== 'cancel-job' && job.kind !== 'self-update' && (
             <button type="button" class="btn danger" data-testid="cancel-job" onClick={() => (setCancelError(null), setConfirmCancel(true))}>
