@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import type { DB } from '../src/db/schema.ts';
 import type { RuntimePort } from '../src/contracts/ports.ts';
 import { currentMigration } from '../src/db/migrate.ts';
-import { auditTrailChanged, recordFinished } from '../src/state/actions.ts';
+import { recordFinished } from '../src/state/actions.ts';
 import { finishTranscript, getSelfUpdate, pendingReconciliation, updateSelfUpdate } from '../src/state/self-update.ts';
 import type { NewJobEvent } from '../src/state/job-events.ts';
 import { quarantineDigest } from '../src/state/update-policy.ts';
@@ -155,7 +155,6 @@ export class SelfUpdateOutcomeReconciler implements Reconciler<null> {
       if (v.quarantine) await quarantineDigest(tx, { digest: p.targetDigest, outcome: phase, detail, requestId: p.requestId });
       return true;
     });
-    auditTrailChanged();
     if (v.helper?.state === 'timed-out') await this.removeGivenUp(p.requestId);
     if (!changed) return; // another process reconciled it meanwhile
     if (v.phase === 'undecided') {

@@ -3,7 +3,7 @@
 // reconciler's (self-update-outcome.ts), woken through the database. At start it closes requests a
 // restart interrupted during preflight, undoing what their persisted chart says was changed.
 import type { Logger } from 'pino';
-import { auditTrailChanged, recordStarted } from '../src/state/actions.ts';
+import { recordStarted } from '../src/state/actions.ts';
 import { currentMigration } from '../src/db/migrate.ts';
 import {
   appendTranscript, claimNextSelfUpdate, overduePreflights, finishTranscript, getSelfUpdate, listSelfUpdates, noteSelfUpdateChange, notifySelfUpdate, unfinishedTranscripts,
@@ -203,7 +203,6 @@ export class SelfUpdateReconciler implements Reconciler<string> {
       return true;
     });
     if (!reopened) return;
-    auditTrailChanged();
     log.warn({ helper: helperId, targetDigest: r.targetDigest }, `the database was restored from the backup taken in this update's preflight: its outcome is read again from ${HELPER_NAME}`);
   }
 

@@ -10,7 +10,7 @@ import type { DB } from '../../src/db/schema.ts';
 import type { RuntimePort } from '../../src/contracts/ports.ts';
 import { resolveChannel } from '../../src/config.ts';
 import { currentMigration } from '../../src/db/migrate.ts';
-import { auditTrailChanged, recordFinished, recordStarted } from '../../src/state/actions.ts';
+import { recordFinished, recordStarted } from '../../src/state/actions.ts';
 import { conflictOf } from '../../src/state/exclusion.ts';
 import { activeQuarantine, liftQuarantine } from '../../src/state/update-policy.ts';
 import { POLICY_ACTOR } from '../../src/auth/actor.ts';
@@ -154,7 +154,6 @@ export function preflightActors(d: SelfUpdateDeps, { req, log, say, noteChange }
         }
         return { actionId, preUpdateMigration };
       });
-      auditTrailChanged(); // committed now: cached audit pages read before this are stale
       return recorded;
     }),
     removeLeftoverHelper: fromPromise<void, undefined>(async () => {

@@ -16,21 +16,19 @@ export interface StartAction {
   schemaMigration?: string | null;
 }
 
-// Every write of this process to the audit trail counts here, once its statement has returned: a
-// cached page read before a write is never served after it (see AuditTrailPages).
-let writes = 0;
+/**
+ * NOTIFY after every write of the audit trail, sent in the writer's transaction, so delivered when
+ * it commits (and not at all when it rolls back): every process that keeps pages of the trail
+ * (AuditTrailPages) reads them again, whichever process wrote.
+ */
+export const AUDIT_CHANNEL = 'audit_changed';
 
-/** Call after a transaction that wrote audit rows has committed (the writes counted before the commit). */
-export function auditTrailChanged(): void {
-  writes++;
-}
+const auditChanged = (db: Conn) => sql`select pg_notify(${AUDIT_CHANNEL}, '')`.execute(db);
 
 export async function recordStarted(db: Conn, a: StartAction): Promise<DeploymentAction> {
-  try {
-    return await insertStarted(db, a);
-  } finally {
-    writes++;
-  }
+  const row = await insertStarted(db, a);
+  await auditChanged(db);
+  return row;
 }
 
 async function insertStarted(db: Conn, a: StartAction): Promise<DeploymentAction> {
@@ -55,18 +53,16 @@ async function insertStarted(db: Conn, a: StartAction): Promise<DeploymentAction
 
 /** An action that is done as it is recorded (an admin's change to settings): one row, `completed`. */
 export async function recordCompleted(db: Conn, a: StartAction): Promise<DeploymentAction> {
-  try {
-    return await db
-      .insertInto('deployment_actions')
-      .values({
-        kind: a.kind, status: 'completed', exit_code: null, actor: a.actor.id, actor_email: a.actor.email ?? null, actor_kind: a.actor.kind ?? null,
-        detail: a.detail ?? null, job_id: a.jobId ?? null, target_digest: a.targetDigest ?? null, schema_migration: a.schemaMigration ?? null, finished_at: new Date(),
-      })
-      .returningAll()
-      .executeTakeFirstOrThrow();
-  } finally {
-    writes++;
-  }
+  const row = await db
+    .insertInto('deployment_actions')
+    .values({
+      kind: a.kind, status: 'completed', exit_code: null, actor: a.actor.id, actor_email: a.actor.email ?? null, actor_kind: a.actor.kind ?? null,
+      detail: a.detail ?? null, job_id: a.jobId ?? null, target_digest: a.targetDigest ?? null, schema_migration: a.schemaMigration ?? null, finished_at: new Date(),
+    })
+    .returningAll()
+    .executeTakeFirstOrThrow();
+  await auditChanged(db);
+  return row;
 }
 
 export async function recordFinished(
@@ -74,11 +70,9 @@ export async function recordFinished(
   id: string,
   outcome: { status: 'completed' | 'failed'; exitCode?: number | null; detail?: string | null },
 ): Promise<DeploymentAction | undefined> {
-  try {
-    return await updateFinished(db, id, outcome);
-  } finally {
-    writes++;
-  }
+  const row = await updateFinished(db, id, outcome);
+  if (row) await auditChanged(db);
+  return row;
 }
 
 async function updateFinished(
@@ -190,28 +184,39 @@ interface Page {
   body: Promise<Buffer>;
   /** The same bytes, once the read has succeeded. */
   ready?: Buffer;
-  /** When the read started (performance.now()), and the write count then. */
+  /** When the read started (performance.now()), and the notifications heard by then. */
   at: number;
-  writes: number;
+  heard: number;
 }
+
+/** LISTEN on a channel: calls `onNotify` for each notification; resolves with the unlisten. */
+export type Listen = (channel: string, onNotify: (payload: string) => void) => Promise<() => Promise<void>>;
 
 /**
  * Pages of the audit trail, rendered once and reused for `maxAgeMs` (docs/adr/0014-audit-trail-reads.md).
  * The audit list is the API's most polled read and changes a few times per job: callers within the
- * same quarter second share one query and one rendering. A page read before a write of this
- * process is never served after that write; a write by another process (another installer version
- * during a self-update) shows within `maxAgeMs`. A failed read is not kept: each caller gets the
- * error (503 when the database is down). `maxAgeMs` 0: every call reads.
+ * same quarter second share one query and one rendering. A page is served again only while no
+ * write of the trail has been heard since its read began (NOTIFY on AUDIT_CHANNEL, whichever
+ * process wrote), so a write shows as soon as its notification arrives; a notification lost while
+ * the LISTEN reconnects shows within `maxAgeMs`. Nothing is reused until the LISTEN is open. A
+ * failed read is not kept: each caller gets the error (503 when the database is down). `maxAgeMs`
+ * 0: every call reads.
  */
 export class AuditTrailPages {
   private readonly pages = new Map<number, Page>();
   /** For each rendered page: the id of its last row when older rows exist (the `before` of the next page), else null. */
   private readonly cursors = new WeakMap<Buffer, string | null>();
   private static readonly MAX_PAGES = 16;
+  /** Notifications of writes heard so far. */
+  private heard = 0;
+  /** The LISTEN, opened at the first read; null until asked for or after it failed. */
+  private listening: Promise<() => Promise<void>> | null = null;
+  private listens = false;
 
   constructor(
     private readonly db: Conn,
     private readonly render: (rows: ActionRow[]) => string,
+    private readonly listen: Listen,
     private readonly maxAgeMs = AUDIT_CACHE_MS_DEFAULT,
   ) {}
 
@@ -221,19 +226,57 @@ export class AuditTrailPages {
     return hit?.ready && this.fresh(hit, performance.now()) ? hit.ready : undefined;
   }
 
-  /** A page may be served while no write of this backend followed its read and it is younger than the age. */
+  /** A page may be served while no write has been heard since its read began and it is younger than the age. */
   private fresh(page: Page, now: number): boolean {
-    return page.writes === writes && now - page.at < this.maxAgeMs;
+    return this.listens && page.heard === this.heard && now - page.at < this.maxAgeMs;
+  }
+
+  /** Opens the LISTEN once; until it is open (or when it fails) every call reads. */
+  private hear(): Promise<unknown> {
+    this.listening ??= this.listen(AUDIT_CHANNEL, () => {
+      this.heard++;
+    }).then(
+      (unlisten) => {
+        this.listens = true;
+        return unlisten;
+      },
+      (err: unknown) => {
+        this.listening = null;
+        throw err;
+      },
+    );
+    this.listening.catch(() => {});
+    return this.listening;
+  }
+
+  /** Opens the LISTEN now rather than at the first read; rejects when it cannot be opened. */
+  async start(): Promise<void> {
+    await this.hear();
+  }
+
+  /** Notifications of writes heard so far. */
+  get writesHeard(): number {
+    return this.heard;
+  }
+
+  /** Stops listening (the app closes). */
+  async close(): Promise<void> {
+    const unlisten = await this.listening?.catch(() => null);
+    this.listening = null;
+    this.listens = false;
+    await unlisten?.();
   }
 
   /** The page of `limit` rows as JSON, encoded once: every caller is sent the same bytes. */
   json(limit: number): Promise<Buffer> {
     if (this.maxAgeMs <= 0) return this.read(limit);
+    void this.hear();
+    if (!this.listens) return this.read(limit);
     const now = performance.now();
     const hit = this.pages.get(limit);
     if (hit && this.fresh(hit, now)) return hit.body;
     if (!hit && this.pages.size >= AuditTrailPages.MAX_PAGES) this.pages.clear();
-    const page: Page = { at: now, writes, body: this.read(limit) };
+    const page: Page = { at: now, heard: this.heard, body: this.read(limit) };
     this.pages.set(limit, page);
     page.body.then(
       (body) => {

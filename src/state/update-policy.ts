@@ -5,7 +5,7 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { DB, UpdatePolicyMode } from '../db/schema.ts';
 import type { RecordedActor } from '../auth/actor.ts';
-import { auditTrailChanged, recordFinished, recordStarted } from './actions.ts';
+import { recordFinished, recordStarted } from './actions.ts';
 
 type Conn = Kysely<DB> | Transaction<DB>;
 
@@ -100,7 +100,6 @@ export async function putUpdatePolicy(db: Kysely<DB>, wanted: UpdatePolicySpec, 
     await recordFinished(tx, String(action.id), { status: 'completed', exitCode: null });
     await sql`select pg_notify(${UPDATE_POLICY_CHANNEL}, 'policy')`.execute(tx);
   });
-  auditTrailChanged();
   return getUpdatePolicy(db);
 }
 

@@ -1,10 +1,11 @@
 // Reused pages of the audit trail (docs/adr/0014-audit-trail-reads.md), on the machine's Postgres:
-// what is reused, for how long, and what is never served stale.
+// what is reused, for how long, and what is never served stale. A write is heard through its
+// NOTIFY, whichever process sent it; a write without one (an older build's) shows within the age.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Kysely, PostgresDialect, sql } from 'kysely';
 import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
-import { AuditTrailPages, auditTrailChanged, recordFinished, recordStarted, type ActionRow } from '../../src/state/actions.ts';
+import { AUDIT_CHANNEL, AuditTrailPages, recordFinished, recordStarted, type ActionRow } from '../../src/state/actions.ts';
 import type { DB } from '../../src/db/schema.ts';
 
 let t: TestDatabase;
@@ -27,6 +28,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  for (const p of opened) await p.close();
   await other?.end();
   await counted?.destroy();
   await t?.drop();
@@ -38,11 +40,24 @@ const details = async (p: AuditTrailPages, limit = 10) => (JSON.parse((await p.j
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const insertElsewhere = (detail: string) =>
   other.query(`insert into deployment_actions (kind, status, actor, detail) values ('stop', 'completed', 'bob', $1)`, [detail]);
+const listen = (channel: string, onNotify: (payload: string) => void) => t.database.listen(channel, onNotify);
+const opened: AuditTrailPages[] = [];
+/** Pages whose LISTEN is open, as after the route's first read. */
+async function pagesOf(db: Kysely<DB>, renderRows: (rows: ActionRow[]) => string, maxAgeMs: number): Promise<AuditTrailPages> {
+  const pages = new AuditTrailPages(db, renderRows, listen, maxAgeMs);
+  await pages.start();
+  opened.push(pages);
+  return pages;
+}
+/** Until `pages` has heard `n` more writes than `from`. */
+const heard = (pages: AuditTrailPages, from: number, n = 1) => expect.poll(() => pages.writesHeard - from, { timeout: 5_000, interval: 5 }).toBe(n);
 
 describe('audit trail pages', () => {
   it('shares one read among callers within the age, per limit', async () => {
-    const pages = new AuditTrailPages(counted, render, 10_000);
+    const pages = await pagesOf(counted, render, 10_000);
+    const from = pages.writesHeard;
     await recordStarted(t.database.db, { kind: 'stop', actor, detail: 'a' });
+    await heard(pages, from);
     const before = selects;
     const answers = await Promise.all(Array.from({ length: 20 }, () => pages.json(10)));
     expect(answers.every((a) => a === answers[0])).toBe(true); // the very same bytes
@@ -52,17 +67,41 @@ describe('audit trail pages', () => {
     expect(selects - before).toBe(2);
   });
 
-  it("shows this process's writes at once, started and finished", async () => {
-    const pages = new AuditTrailPages(counted, render, 10_000);
+  it('shows a write, started and finished, as soon as its notification is heard, long before the age', async () => {
+    const pages = await pagesOf(counted, render, 10_000);
     expect(await details(pages)).not.toContain('b:started');
+    let from = pages.writesHeard;
     const row = await recordStarted(t.database.db, { kind: 'restart', actor, detail: 'b' });
+    await heard(pages, from);
     expect((await details(pages))[0]).toBe('b:started');
+    from = pages.writesHeard;
     await recordFinished(t.database.db, String(row.id), { status: 'completed', exitCode: 0 });
+    await heard(pages, from);
     expect((await details(pages))[0]).toBe('b:completed');
   });
 
-  it("shows another process's writes once the age has passed", async () => {
-    const pages = new AuditTrailPages(counted, render, 300);
+  it("hears another process's write: one in a transaction at its commit, none when it rolls back", async () => {
+    const pages = await pagesOf(counted, render, 10_000);
+    expect(await details(pages)).not.toContain('d:completed');
+    const from = pages.writesHeard;
+    await other.query('begin');
+    await insertElsewhere('rolled back');
+    await other.query(`select pg_notify('${AUDIT_CHANNEL}', '')`);
+    await other.query('rollback');
+    await other.query('begin');
+    await insertElsewhere('d');
+    await other.query(`select pg_notify('${AUDIT_CHANNEL}', '')`);
+    await sleep(100);
+    expect(pages.writesHeard).toBe(from); // nothing before the commit
+    expect(await details(pages)).not.toContain('d:completed');
+    await other.query('commit');
+    await heard(pages, from);
+    expect((await details(pages))[0]).toBe('d:completed');
+    expect(await details(pages)).not.toContain('rolled back:completed');
+  });
+
+  it('shows a write that sends no notification (an older build\'s) once the age has passed', async () => {
+    const pages = await pagesOf(counted, render, 300);
     expect(await details(pages)).not.toContain('c:completed');
     await insertElsewhere('c');
     expect(await details(pages)).not.toContain('c:completed'); // still the page read before it
@@ -70,8 +109,19 @@ describe('audit trail pages', () => {
     expect((await details(pages))[0]).toBe('c:completed');
   });
 
-  it('does not serve a read that was in flight when a write happened', async () => {
-    const pages = new AuditTrailPages(counted, render, 10_000);
+  it('reuses nothing until its LISTEN is open', async () => {
+    const pages = new AuditTrailPages(counted, render, listen, 10_000);
+    opened.push(pages);
+    const before = selects;
+    await pages.json(10); // opens the LISTEN; this read is not kept for reuse until it is open
+    await pages.start();
+    await pages.json(10);
+    await pages.json(10);
+    expect(selects - before).toBe(2);
+  });
+
+  it('does not serve a read that was in flight when a write was heard', async () => {
+    const pages = await pagesOf(counted, render, 10_000);
     // Hold the next read behind a lock another session takes.
     await other.query('begin');
     await other.query('lock table deployment_actions in access exclusive mode');
@@ -79,7 +129,10 @@ describe('audit trail pages', () => {
     const held = pages.json(10);
     const sharing = pages.json(10); // before any write: shares the held read
     await sleep(100);
-    auditTrailChanged(); // a write of this process while the read waits
+    // A write heard while the read waits (its notification, sent by a third session).
+    const from = pages.writesHeard;
+    await sql`select pg_notify(${AUDIT_CHANNEL}, '')`.execute(t.database.db);
+    await heard(pages, from);
     const after = pages.json(10); // must not share the read that started before the write
     await other.query('commit');
     await Promise.all([held, sharing, after]);
@@ -89,7 +142,7 @@ describe('audit trail pages', () => {
   });
 
   it('keeps no failed read: each caller gets the error, and the next call reads again', async () => {
-    const failing = new AuditTrailPages(counted, () => {
+    const failing = await pagesOf(counted, () => {
       throw new Error('render failed');
     }, 10_000);
     await expect(failing.json(10)).rejects.toThrow('render failed');
@@ -99,33 +152,35 @@ describe('audit trail pages', () => {
   });
 
   it('offers a page without a promise only when json() would give the same bytes', async () => {
-    const pages = new AuditTrailPages(counted, render, 300);
+    const pages = await pagesOf(counted, render, 300);
     expect(pages.ready(10)).toBeUndefined(); // nothing read yet
     const inFlight = pages.json(10);
     expect(pages.ready(10)).toBeUndefined(); // still reading
     const first = await inFlight;
     expect(pages.ready(10)).toBe(first);
     expect(pages.ready(3)).toBeUndefined(); // another limit
+    const from = pages.writesHeard;
     await recordStarted(t.database.db, { kind: 'pull', actor, detail: 'r' });
-    expect(pages.ready(10)).toBeUndefined(); // a write of this process
+    await heard(pages, from);
+    expect(pages.ready(10)).toBeUndefined(); // a write heard
     const second = await pages.json(10);
     expect(pages.ready(10)).toBe(second);
     await sleep(320);
     expect(pages.ready(10)).toBeUndefined(); // past its age
 
-    const failing = new AuditTrailPages(counted, () => {
+    const failing = await pagesOf(counted, () => {
       throw new Error('render failed');
     }, 10_000);
     await expect(failing.json(10)).rejects.toThrow('render failed');
     expect(failing.ready(10)).toBeUndefined();
 
-    const uncached = new AuditTrailPages(counted, render, 0);
+    const uncached = new AuditTrailPages(counted, render, listen, 0);
     await uncached.json(10);
     expect(uncached.ready(10)).toBeUndefined();
   });
 
   it('reads every time when the age is 0', async () => {
-    const pages = new AuditTrailPages(counted, render, 0);
+    const pages = new AuditTrailPages(counted, render, listen, 0);
     const before = selects;
     await pages.json(10);
     await pages.json(10);
@@ -135,7 +190,7 @@ describe('audit trail pages', () => {
   });
 
   it('still reads the database in order of creation, newest first', async () => {
-    const pages = new AuditTrailPages(t.database.db, render, 0);
+    const pages = new AuditTrailPages(t.database.db, render, listen, 0);
     const rows = await sql<{ detail: string }>`select detail from deployment_actions order by created_at desc, id desc limit 10`.execute(t.database.db);
     expect((JSON.parse((await pages.json(10)).toString()) as [string, string, string][]).map((r) => r[2])).toEqual(rows.rows.map((r) => r.detail));
   });

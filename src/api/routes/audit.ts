@@ -110,7 +110,9 @@ export const auditRoutes: FastifyPluginAsyncZod = async (app) => {
   // Rendered pages of the audit trail: checked against the response schema once per read, then
   // reused by every caller for AUDIT_CACHE_MS (docs/adr/0014-audit-trail-reads.md).
   const renderActions = (rows: ActionRow[]) => JSON.stringify(actionList.parse(rows.map((r) => ({ ...r, id: String(r.id) }))));
-  const auditPages = new AuditTrailPages(db, renderActions, app.deps.settings.AUDIT_CACHE_MS);
+  // Pages are read again when any process writes the trail (NOTIFY on its channel).
+  const auditPages = new AuditTrailPages(db, renderActions, (channel, onNotify) => app.deps.database.listen(channel, onNotify), app.deps.settings.AUDIT_CACHE_MS);
+  app.addHook('onClose', () => auditPages.close());
 
   app.get(
     '/api/deployment/actions',
