@@ -5,8 +5,10 @@
 // compose projects (debounced), at a bounded interval (each run of a fast key asks to run again after
 // `fastMs`, the channel after `slowMs`), and on refresh requests (NOTIFY on OBSERVED_CHANNEL, and a
 // poll of unserved requests in case a notification was missed). A failed read is recorded, not
-// thrown: the row's conditions say the engine or the registry did not answer. A throw (the database
-// away) is retried with the runtime's backoff; when retries run out the key rests for its interval.
+// thrown: the row's conditions say the engine or the registry did not answer, and the key is read
+// again after 1 s, 2 s, 4 s… up to its interval (the channel waits for its interval or a check). A
+// throw (the database away) is retried with the runtime's backoff; when retries run out the key
+// rests for its interval.
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { DB } from '../src/db/schema.ts';
@@ -59,6 +61,8 @@ function observable(key: string): ObservedKey | null {
   return (['platform', 'installer', 'channel', 'engine', 'platformEnv'] as const).find((k) => k === key) ?? null;
 }
 const RECONNECT_MS = 2_000;
+/** The first retry of an observation whose read failed; each further one waits twice as long, up to the key's interval. */
+const RETRY_FIRST_MS = 1_000;
 
 const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
@@ -71,6 +75,8 @@ export class Observer implements Reconciler<ObservedKey> {
   /** The unserved refresh requests of one claim sweep. */
   private pending: ObservedKey[] | null = null;
   private watcher: { stop(): void } | undefined;
+  /** Keys whose last observation had a read fail, and how many in a row. */
+  private readonly unanswered = new Map<ObservedKey, number>();
   private stopped = true;
 
   constructor(private readonly deps: ObserverDeps) {
@@ -145,13 +151,25 @@ export class Observer implements Reconciler<ObservedKey> {
   }
 
   async reconcile(key: ObservedKey): Promise<ReconcileResult> {
-    await this.observe(key);
+    const answered = await this.observe(key);
     const every = this.intervalOf(key);
-    return every === null ? done() : requeueAfter(every, 'the next observation');
+    if (answered) {
+      this.unanswered.delete(key);
+      return every === null ? done() : requeueAfter(every, 'the next observation');
+    }
+    // A read that failed (the engine busy or away, a file unreadable) is tried again soon, then
+    // less often, up to the interval: its row says so meanwhile, and readers would keep that answer
+    // for as long as it is young enough for them.
+    const n = (this.unanswered.get(key) ?? 0) + 1;
+    this.unanswered.set(key, n);
+    return requeueAfter(Math.min(every ?? Infinity, RETRY_FIRST_MS * 2 ** (n - 1)), 'a read that failed, tried again');
   }
 
-  /** Re-reads the world for `key` and writes its row (the channel's run writes the registry's too). */
-  private async observe(key: ObservedKey): Promise<void> {
+  /**
+   * Re-reads the world for `key` and writes its row (the channel's run writes the registry's too);
+   * true when every read answered.
+   */
+  private async observe(key: ObservedKey): Promise<boolean> {
     const { db } = this.deps;
     switch (key) {
       case 'platform': {
@@ -172,7 +190,7 @@ export class Observer implements Reconciler<ObservedKey> {
             : { type: 'ServicesKnown', status: 'False', reason: 'ComposeConfigFailed', message: message(services.reason), observedAt: at },
         ];
         await writeObserved(db, key, { data, conditions, ...begun });
-        return;
+        return containers.status === 'fulfilled' && services.status === 'fulfilled';
       }
       case 'installer': {
         const begun = await beginObservation(db, key);
@@ -186,7 +204,7 @@ export class Observer implements Reconciler<ObservedKey> {
           data = { inContainer: false, image: null, tag: null, digest: null, imageId: null, containerId: null, note: `the engine did not answer: ${message(err)}` };
         }
         await writeObserved(db, key, { data, conditions: [engineCondition(failure, at)], ...begun });
-        return;
+        return failure === null;
       }
       case 'engine': {
         const begun = await beginObservation(db, key);
@@ -200,7 +218,7 @@ export class Observer implements Reconciler<ObservedKey> {
           ...(containers.status === 'rejected' ? { installerContainersError: message(containers.reason) } : {}),
         };
         await writeObserved(db, key, { data, conditions: [engineCondition(facts.status === 'fulfilled' ? null : facts.reason, at)], ...begun });
-        return;
+        return facts.status === 'fulfilled' && containers.status === 'fulfilled';
       }
       case 'platformEnv': {
         const begun = await beginObservation(db, key);
@@ -216,12 +234,13 @@ export class Observer implements Reconciler<ObservedKey> {
           condition = { type: 'EnvRead', status: 'False', reason: 'FileUnreadable', message: message(err), observedAt: at };
         }
         await writeObserved(db, key, { data, conditions: [condition], ...begun });
-        return;
+        return condition.status === 'True';
       }
       case 'channel':
       case 'registry':
+        // A registry that does not answer is not asked again sooner: every update check asks anyway.
         await this.observeChannel();
-        return;
+        return true;
     }
   }
 

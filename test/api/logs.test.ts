@@ -345,4 +345,31 @@ describe('names from observed state, the engine from the stream', () => {
       await app2.close();
     }
   });
+
+  it('an engine read that failed is tried again within seconds, not at the 30 s interval: the names are back unasked', async () => {
+    let failures = 1;
+    const own = new FakeLogs();
+    const app2 = await startTestApp({
+      logs: own,
+      platformContainers: () => {
+        if (failures > 0) {
+          failures--;
+          throw new Error('the engine did not answer within 5 s');
+        }
+        return CONTAINERS;
+      },
+    });
+    try {
+      const db = app2.db.database.db;
+      await expect.poll(async () => (await readObserved(db, 'platform'))?.data?.engineError, { timeout: 10_000 }).toBeDefined();
+      const failedAt = Date.now();
+      // No request for a refresh: only the observer's own retry can bring the containers back.
+      await expect.poll(async () => (await readObserved(db, 'platform'))?.data?.containers.length, { timeout: 10_000, interval: 100 }).toBe(2);
+      expect(Date.now() - failedAt).toBeLessThan(10_000);
+      const res = await app2.app.inject({ method: 'GET', url: '/api/deployment/logs/web', headers: { authorization: `Bearer ${await app2.token('viewer')}` } });
+      expect(res.statusCode).toBe(200);
+    } finally {
+      await app2.close();
+    }
+  });
 });

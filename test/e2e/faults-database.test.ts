@@ -81,12 +81,13 @@ beforeAll(async () => {
 });
 
 /** Every channel a backend listens on, each on a connection of its own. */
-// One connection per channel (the reconcilers of one channel share it): job requests, user changes,
-// stored job events (the API's streams), webhook deliveries owed, observation requests (the
-// observer), observed rows written (the update policy), self-update requests, and the update policy
-// and its quarantine.
+// One connection per channel (the reconcilers of one channel share it): writes of the audit trail
+// (the API's pages of it, opened at its first read, which the load makes), job requests, user
+// changes, stored job events (the API's streams), webhook deliveries owed, observation requests
+// (the observer), observed rows written (the update policy), self-update requests, and the update
+// policy and its quarantine.
 const CHANNELS = [
-  'LISTEN deployment_jobs', 'LISTEN installer_users', 'LISTEN job_events', 'LISTEN notification_outbox', 'LISTEN observed_refresh',
+  'LISTEN audit_changed', 'LISTEN deployment_jobs', 'LISTEN installer_users', 'LISTEN job_events', 'LISTEN notification_outbox', 'LISTEN observed_refresh',
   'LISTEN observed_written', 'LISTEN self_update_requests', 'LISTEN update_policy',
 ];
 
@@ -160,7 +161,9 @@ async function outage(kind: Fault) {
 describe('Postgres stopped, killed and paused under load', () => {
   it('answers 503 meanwhile, within bounds, and recovers in the same process', async () => {
     const headers = { authorization: `Bearer ${token}` };
-    // Before: everything answers, the controllers listen, a job runs.
+    // Before: everything answers, the controllers listen (the audit trail's pages once it was read), a job runs.
+    expect((await fetch(`${base}/api/deployment/actions`, { headers })).status).toBe(200);
+    await waitListeners();
     expect(await listeners()).toEqual(CHANNELS);
     expect(await waitJob(base, token, await requestJob(base, token, 'stop'))).toMatchObject({ phase: 'completed' });
     const pid = proc!.child.pid;
