@@ -3,7 +3,8 @@
 // and the installer's own compose file in the work dir, which is not mounted into the backend. The
 // update check reads that one at every call (docs/adr/0049-live-update-check.md), so its reader is
 // kept: created at the first read, reused by every read after (a bind mount shows the file as it
-// is now), removed when the process stops.
+// is now), removed when the process stops; one that a killed process of another build left is
+// removed by the next process's first read.
 import type Docker from 'dockerode';
 import { createHash, randomBytes } from 'node:crypto';
 import type { Readable } from 'node:stream';
@@ -50,8 +51,9 @@ export async function readThroughContainer(docker: Docker, image: string, file: 
 /**
  * The kept reader of one directory of the host, for one image. Its name is fixed by the directory
  * and the image, so a process that did not stop cleanly leaves one that the next process of the
- * same build finds and uses; a process of another build names another, and removes its own when it
- * stops (a reader holds its image, which the image prune would otherwise remove).
+ * same build finds and uses; a process of another build names another and removes the earlier
+ * one (a reader holds its image, which the image prune would otherwise remove). Each removes its
+ * own when it stops.
  */
 export class KeptReader {
   private reader: Docker.Container | null = null;
@@ -87,10 +89,27 @@ export class KeptReader {
 
   private async readerOf(image: string): Promise<Docker.Container> {
     if (this.reader) return this.reader;
-    this.creating ??= this.create(image).finally(() => {
-      this.creating = null;
-    });
+    this.creating ??= this.create(image)
+      .then(async (reader) => {
+        await this.removeOthers(reader);
+        return reader;
+      })
+      .finally(() => {
+        this.creating = null;
+      });
     return (this.reader = await this.creating);
+  }
+
+  /**
+   * Removes the readers of this directory other than `ours`: a process of an earlier build that was
+   * killed (a switch, a crash) left its own, which holds that build's image.
+   */
+  private async removeOthers(ours: Docker.Container): Promise<void> {
+    const found = await this.docker.listContainers({ all: true, filters: { label: [`io.installer.role=${KEPT_READER_ROLE}`] } }).catch(() => []);
+    for (const c of found) {
+      if (c.Id === ours.id || !c.Mounts.some((m) => m.Type === 'bind' && m.Source === this.dir)) continue;
+      await this.docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
+    }
   }
 
   private async create(image: string): Promise<Docker.Container> {

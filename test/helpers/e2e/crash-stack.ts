@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { ROOT } from '../shared/process.ts';
-import { docker, freePort, run } from './rig.ts';
+import { docker, freePort, removeWorkDirReaders, run } from './rig.ts';
 import { removeLeftovers } from './stack.ts';
 import { HELPER, STAGING_ROOT, type Images } from './self-update-rig.ts';
 import { firstAdminToken } from './first-admin.ts';
@@ -92,6 +92,7 @@ export async function startCrashInstaller(images: Images, tag: string, gateSocke
   const down = async () => {
     await run('docker', ['compose', '-p', project, '-f', composeFile, 'down', '-v', '--remove-orphans', '-t', '5'], { cwd: workDir });
     await run('docker', ['rm', '-f', HELPER]);
+    await removeWorkDirReaders(workDir); // a backend killed by the test leaves its reader
     removeStaging();
     rmSync(workDir, { recursive: true, force: true });
   };

@@ -126,3 +126,16 @@ export async function startPlatform(opts: { project?: string; up?: boolean; env?
   if (opts.up !== false) await compose(['up', '-d', '--wait', '--wait-timeout', '120']);
   return p;
 }
+
+/**
+ * Removes the kept readers of `workDir` (src/adapters/container-files.ts): a backend stops its own,
+ * but one that was killed (the crash tests, a stop past compose's timeout) leaves it, and a test
+ * stack's work dir has no next backend to remove it.
+ */
+export async function removeWorkDirReaders(workDir: string): Promise<void> {
+  const ids = (await run('docker', ['ps', '-aq', '--filter', 'label=io.installer.role=work-dir-reader'])).stdout.split('\n').filter(Boolean);
+  if (!ids.length) return;
+  const seen = JSON.parse((await run('docker', ['inspect', ...ids])).stdout || '[]') as { Id: string; HostConfig: { Binds: string[] | null } }[];
+  const ours = seen.filter((c) => (c.HostConfig.Binds ?? []).some((b) => b.startsWith(`${workDir}:`))).map((c) => c.Id);
+  if (ours.length) await run('docker', ['rm', '-f', ...ours]);
+}

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { ROOT } from '../shared/process.ts';
-import { docker, freePort, run, REGISTRY } from './rig.ts';
+import { docker, freePort, removeWorkDirReaders, run, REGISTRY } from './rig.ts';
 import { firstAdminToken } from './first-admin.ts';
 import { applyEnvChanges } from '../../../src/adapters/platform-files.ts';
 
@@ -93,6 +93,7 @@ export async function startStack(opts: { version: string; channel?: 'dev' | 'pro
     },
     async down() {
       await run('docker', ['compose', '-p', project, '-f', composeFile, 'down', '-v', '--remove-orphans', '-t', '5'], { cwd: workDir });
+      await removeWorkDirReaders(workDir); // a backend killed past the stop timeout leaves its reader
     },
   };
   try {
