@@ -1,6 +1,7 @@
 // The audit trail (`deployment_actions`). Rows are written by controllers and never pruned.
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { ActionKind, ActionStatus, DB, DeploymentAction } from '../db/schema.ts';
+import type { Database } from '../db/database.ts';
 import type { ActorKind } from '../contracts/audit.ts';
 import type { RecordedActor } from '../auth/actor.ts';
 
@@ -190,7 +191,7 @@ interface Page {
 }
 
 /** LISTEN on a channel: calls `onNotify` for each notification; resolves with the unlisten. */
-export type Listen = (channel: string, onNotify: (payload: string) => void) => Promise<() => Promise<void>>;
+export type Listen = Database['listen'];
 
 /**
  * Pages of the audit trail, rendered once and reused for `maxAgeMs` (docs/adr/0014-audit-trail-reads.md).

@@ -5,6 +5,7 @@
 // knows its request was served once `observed_generation` reaches the value it wrote.
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../db/schema.ts';
+import type { Database } from '../db/database.ts';
 import type { ContainerView, VersionInfo } from '../contracts/ports.ts';
 import type { Condition } from '../contracts/conditions.ts';
 
@@ -184,8 +185,11 @@ export async function observeNow<K extends ObservedKey>(
   return refreshAndWait(db, key, waitMs, () => false, writes);
 }
 
-/** The reader's pause between two looks at the row: until the observer writes it, or `ms`. */
-type Pause = (key: ObservedKey, ms: number) => Promise<void>;
+/**
+ * The reader's pause between two looks at the row: until the observer writes it (or has written it
+ * since `mark`, a count of the writes heard), or `ms`.
+ */
+type Pause = (key: ObservedKey, ms: number, mark?: number) => Promise<void>;
 
 async function refreshAndWait<K extends ObservedKey>(
   db: Kysely<DB>,
@@ -203,11 +207,13 @@ async function refreshAndWait<K extends ObservedKey>(
   // Woken by the write, the row is looked at again at once; the timed looks catch a missed NOTIFY.
   let delay = heard ? 250 : 10;
   for (;;) {
+    // A write heard while the row is read ends the pause after it at once.
+    const mark = writes?.heardOf(key) ?? 0;
     const now = await readObserved(db, key);
     if (now && now.observedGeneration >= wanted) return { row: now, fresh: true };
     if (now && servesAnyway(now)) return { row: now, fresh: false };
     if (Date.now() >= deadline) return { row: now, fresh: false };
-    await pause(key, Math.min(delay, Math.max(1, deadline - Date.now())));
+    await pause(key, Math.min(delay, Math.max(1, deadline - Date.now())), mark);
     delay = heard ? 250 : Math.min(delay * 2, 100);
   }
 }
@@ -220,20 +226,24 @@ async function refreshAndWait<K extends ObservedKey>(
 export class ObservedWrites {
   private readonly waiting = new Set<{ key: ObservedKey; wake: () => void }>();
   private listening: Promise<() => Promise<void>> | null = null;
+  /** Writes heard so far, by key. */
+  private readonly heard = new Map<string, number>();
 
-  constructor(private readonly listen: (channel: string, onNotify: (payload: string) => void) => Promise<() => Promise<void>>) {}
+  constructor(private readonly listen: Database['listen']) {}
 
   /** Listens (once), then answers the pause a waiting reader takes between its looks. */
   async pause(): Promise<Pause> {
     this.listening ??= this.listen(OBSERVED_WRITTEN_CHANNEL, (key) => {
+      this.heard.set(key, this.heardOf(key) + 1);
       for (const w of this.waiting) if (w.key === key) w.wake();
     }).catch((err: unknown) => {
       this.listening = null;
       throw err;
     });
     await this.listening;
-    return (key, ms) =>
+    return (key, ms, mark) =>
       new Promise<void>((resolve) => {
+        if (mark !== undefined && this.heardOf(key) > mark) return resolve();
         const w = {
           key,
           wake: () => {
@@ -245,6 +255,11 @@ export class ObservedWrites {
         const timer = setTimeout(w.wake, ms);
         this.waiting.add(w);
       });
+  }
+
+  /** How many writes of `key` were heard so far. */
+  heardOf(key: string): number {
+    return this.heard.get(key) ?? 0;
   }
 
   async close(): Promise<void> {

@@ -104,7 +104,7 @@ describe('observeNow', () => {
     }
   });
 
-  it('ObservedWrites: a waiting reader is woken by the write of its key, not by another key\'s', async () => {
+  it('ObservedWrites: a waiting reader is woken by the write of its key, not by another key\'s, nor misses one heard while it read', async () => {
     const db = await createTestDatabase();
     const writes = new ObservedWrites((channel, onNotify) => db.database.listen(channel, onNotify));
     try {
@@ -117,6 +117,11 @@ describe('observeNow', () => {
       await sql`select pg_notify(${OBSERVED_WRITTEN_CHANNEL}, 'channel')`.execute(db.database.db);
       await waiting; // within the test's timeout, far below the 60 s pause
       expect(woken).toBe(true);
+      // A write heard after the reader's mark (while it read the row) ends its next pause at once.
+      const mark = writes.heardOf('channel');
+      await sql`select pg_notify(${OBSERVED_WRITTEN_CHANNEL}, 'channel')`.execute(db.database.db);
+      await expect.poll(() => writes.heardOf('channel')).toBe(mark + 1);
+      await pause('channel', 60_000, mark); // within the test's timeout, far below the 60 s pause
     } finally {
       await writes.close();
       await db.drop();
