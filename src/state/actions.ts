@@ -2,6 +2,7 @@
 import { sql, type Kysely, type Transaction } from 'kysely';
 import type { ActionKind, ActionStatus, DB, DeploymentAction } from '../db/schema.ts';
 import type { Database } from '../db/database.ts';
+import { LazyListen } from './lazy-listen.ts';
 import type { ActorKind } from '../contracts/audit.ts';
 import type { RecordedActor } from '../auth/actor.ts';
 
@@ -210,16 +211,19 @@ export class AuditTrailPages {
   private static readonly MAX_PAGES = 16;
   /** Notifications of writes heard so far. */
   private heard = 0;
-  /** The LISTEN, opened at the first read; null until asked for or after it failed. */
-  private listening: Promise<() => Promise<void>> | null = null;
-  private listens = false;
+  /** The LISTEN, opened at the first read. */
+  private readonly writes: LazyListen;
 
   constructor(
     private readonly db: Conn,
     private readonly render: (rows: ActionRow[]) => string,
-    private readonly listen: Listen,
+    listen: Listen,
     private readonly maxAgeMs = AUDIT_CACHE_MS_DEFAULT,
-  ) {}
+  ) {
+    this.writes = new LazyListen(listen, AUDIT_CHANNEL, () => {
+      this.heard++;
+    });
+  }
 
   /** The page of `limit` rows if one is read and still fresh: most polls are answered without a promise. */
   ready(limit: number): Buffer | undefined {
@@ -229,30 +233,12 @@ export class AuditTrailPages {
 
   /** A page may be served while no write has been heard since its read began and it is younger than the age. */
   private fresh(page: Page, now: number): boolean {
-    return this.listens && page.heard === this.heard && now - page.at < this.maxAgeMs;
-  }
-
-  /** Opens the LISTEN once; until it is open (or when it fails) every call reads. */
-  private hear(): Promise<unknown> {
-    this.listening ??= this.listen(AUDIT_CHANNEL, () => {
-      this.heard++;
-    }).then(
-      (unlisten) => {
-        this.listens = true;
-        return unlisten;
-      },
-      (err: unknown) => {
-        this.listening = null;
-        throw err;
-      },
-    );
-    this.listening.catch(() => {});
-    return this.listening;
+    return this.writes.open && page.heard === this.heard && now - page.at < this.maxAgeMs;
   }
 
   /** Opens the LISTEN now rather than at the first read; rejects when it cannot be opened. */
-  async start(): Promise<void> {
-    await this.hear();
+  start(): Promise<void> {
+    return this.writes.start();
   }
 
   /** Notifications of writes heard so far. */
@@ -261,18 +247,18 @@ export class AuditTrailPages {
   }
 
   /** Stops listening (the app closes). */
-  async close(): Promise<void> {
-    const unlisten = await this.listening?.catch(() => null);
-    this.listening = null;
-    this.listens = false;
-    await unlisten?.();
+  close(): Promise<void> {
+    return this.writes.close();
   }
 
   /** The page of `limit` rows as JSON, encoded once: every caller is sent the same bytes. */
   json(limit: number): Promise<Buffer> {
     if (this.maxAgeMs <= 0) return this.read(limit);
-    void this.hear();
-    if (!this.listens) return this.read(limit);
+    // Until the LISTEN is open (or when it cannot be), every call reads.
+    if (!this.writes.open) {
+      this.writes.start().catch(() => {});
+      return this.read(limit);
+    }
     const now = performance.now();
     const hit = this.pages.get(limit);
     if (hit && this.fresh(hit, now)) return hit.body;

@@ -6,6 +6,7 @@
 import { sql, type Kysely } from 'kysely';
 import type { DB } from '../db/schema.ts';
 import type { Database } from '../db/database.ts';
+import { LazyListen } from './lazy-listen.ts';
 import type { ContainerView, VersionInfo } from '../contracts/ports.ts';
 import type { Condition } from '../contracts/conditions.ts';
 
@@ -225,22 +226,20 @@ async function refreshAndWait<K extends ObservedKey>(
  */
 export class ObservedWrites {
   private readonly waiting = new Set<{ key: ObservedKey; wake: () => void }>();
-  private listening: Promise<() => Promise<void>> | null = null;
   /** Writes heard so far, by key. */
   private readonly heard = new Map<string, number>();
+  private readonly writes: LazyListen;
 
-  constructor(private readonly listen: Database['listen']) {}
+  constructor(listen: Database['listen']) {
+    this.writes = new LazyListen(listen, OBSERVED_WRITTEN_CHANNEL, (key) => {
+      this.heard.set(key, this.heardOf(key) + 1);
+      for (const w of this.waiting) if (w.key === key) w.wake();
+    });
+  }
 
   /** Listens (once), then answers the pause a waiting reader takes between its looks. */
   async pause(): Promise<Pause> {
-    this.listening ??= this.listen(OBSERVED_WRITTEN_CHANNEL, (key) => {
-      this.heard.set(key, this.heardOf(key) + 1);
-      for (const w of this.waiting) if (w.key === key) w.wake();
-    }).catch((err: unknown) => {
-      this.listening = null;
-      throw err;
-    });
-    await this.listening;
+    await this.writes.start();
     return (key, ms, mark) =>
       new Promise<void>((resolve) => {
         if (mark !== undefined && this.heardOf(key) > mark) return resolve();
@@ -262,10 +261,8 @@ export class ObservedWrites {
     return this.heard.get(key) ?? 0;
   }
 
-  async close(): Promise<void> {
-    const unlisten = await this.listening?.catch(() => null);
-    this.listening = null;
-    await unlisten?.();
+  close(): Promise<void> {
+    return this.writes.close();
   }
 }
 
