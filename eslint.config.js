@@ -48,7 +48,7 @@ export default tseslint.config(
     files: ['src/api/routes/**'],
     rules: {
       'no-restricted-imports': ['error', {
-        patterns: [{ regex: `^(?!${API_PACKAGES}$|\\./[\\w.-]+\\.ts$|\\.\\./[\\w.-]+\\.ts$|\\.\\./\\.\\./(state|contracts|auth)/[\\w.-]+\\.ts$|\\.\\./\\.\\./(errors|config)\\.ts$|\\.\\./\\.\\./db/(schema|migrate)\\.ts$)`, message: API_IMPORTS }],
+        patterns: [{ regex: `^(?!${API_PACKAGES}$|\\./[\\w.-]+\\.ts$|\\.\\./[\\w.-]+\\.ts$|\\.\\./\\.\\./(state|contracts|auth)/[\\w.-]+\\.ts$|\\.\\./\\.\\./(errors|config)\\.ts$|\\.\\./\\.\\./db/schema\\.ts$)`, message: API_IMPORTS }],
       }],
       'no-restricted-syntax': ['error', { selector: API_SQL_CALL, message: API_NO_SQL }],
     },

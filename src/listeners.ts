@@ -169,7 +169,7 @@ export async function startListeners(
   const sni = forPlatform && platformName ? { SNICallback: (name: string, cb: (err: Error | null, ctx?: tlsModule.SecureContext) => void) => cb(null, name === platformName ? forPlatform : undefined) } : {};
   // The same timeouts and connection cap as the plain listener the app made
   // (docs/adr/0040-bounded-connections.md); a handshake gets as long as a request's headers.
-  const limits = app.deps.settings;
+  const limits = app.settings;
   const timeouts = serverTimeouts(limits);
   const secure = https.createServer({ key: tls.key, cert: tls.cert, minVersion: 'TLSv1.2', ...sni, ...timeouts, handshakeTimeout: limits.HTTP_HEADERS_TIMEOUT_MS }, (req, res) => {
     if (hsts) res.setHeader('strict-transport-security', hsts);

@@ -265,7 +265,6 @@ function apiDeps(
     logger,
     jwtSecret: installerSecrets.jwtSecret,
     serviceTokens: () => serviceTokens.current(),
-    platform: { project: engine.platform.project },
     events,
     sealer,
     // The graphs never change while the process runs: drawn once here.

@@ -9,7 +9,7 @@ import { serializerCompiler, validatorCompiler, jsonSchemaTransform } from 'fast
 import type { Logger } from 'pino';
 import type { Settings } from '../config.ts';
 import type { Database } from '../db/database.ts';
-import type { ApiPlatformPort, ContainerLogsPort, DiagnosticsPort, MachinesPort, TlsView } from '../contracts/ports.ts';
+import type { ContainerLogsPort, DiagnosticsPort, MachinesPort, TlsView } from '../contracts/ports.ts';
 import type { JobEventLog } from '../state/job-events.ts';
 import type { Sealer } from '../state/platform-config.ts';
 import { authPlugin, undeclaredAccess, type Access } from './auth.ts';
@@ -40,6 +40,7 @@ import { lastAnswerPlugin } from './last-answer.ts';
 import { InstallerMetrics, metricsPlugin } from './metrics.ts';
 import { fastifyConnectionOptions, limitConnections } from './connection-limits.ts';
 import { streamLimitsPlugin } from './stream-limits.ts';
+import { statePlugin } from './state-plugin.ts';
 
 export interface AppDeps {
   settings: Settings;
@@ -48,9 +49,8 @@ export interface AppDeps {
   jwtSecret: string;
   /** The service tokens accepted now (re-read when their file is replaced). */
   serviceTokens: () => readonly string[];
-  /** The platform's project name and its .env (the engine-side facts come from observed state). */
-  platform: ApiPlatformPort;
-  events: JobEventLog;
+  /** The job event log: the API reads and follows it (the controllers append). */
+  events: Pick<JobEventLog, 'read' | 'subscribe'>;
   sealer: Sealer;
   /** The state charts and their actors' states (GET /api/machines); without it that route answers 503. */
   machines?: MachinesPort;
@@ -119,7 +119,6 @@ export const API_DOCS_CSP =
 
 declare module 'fastify' {
   interface FastifyInstance {
-    deps: AppDeps;
     routeTable: RouteEntry[];
     users: UserDirectory;
     /** This process's id, sent as `x-installer-instance` (routes/health.ts): random, new at each start. */
@@ -184,7 +183,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
   });
   limitConnections(app.server, deps.settings.HTTP_MAX_CONNECTIONS, deps.logger as FastifyBaseLogger, 'http');
-  app.decorate('deps', deps);
   app.decorate('instance', randomUUID());
   const users = deps.users ?? userDirectory(deps.database);
   app.decorate('users', users);
@@ -207,6 +205,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   installErrorHandling(app);
+  // Routes read and ask through this (src/state/api-state.ts): they never hold the database.
+  await app.register(statePlugin, { database: deps.database, sealer: deps.sealer, events: deps.events, settings: deps.settings });
   const metrics = new InstallerMetrics();
   await app.register(metricsPlugin, { metrics });
   await app.register(lastAnswerPlugin);
@@ -236,16 +236,16 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(async (api) => {
       api.setValidatorCompiler(validatorCompiler);
       api.setSerializerCompiler(serializerCompiler);
-      await api.register(healthRoutes);
+      await api.register(healthRoutes, { reconciling: deps.reconciling });
     });
     return app;
   }
   await app.register(async (api) => {
     api.setValidatorCompiler(validatorCompiler);
     api.setSerializerCompiler(serializerCompiler);
-    await api.register(healthRoutes);
+    await api.register(healthRoutes, { reconciling: deps.reconciling });
     await api.register(versionRoutes);
-    await api.register(authRoutes);
+    await api.register(authRoutes, { jwtSecret: deps.jwtSecret });
     await api.register(userRoutes);
     await api.register(jobRoutes);
     await api.register(jobStreamRoutes);
@@ -253,13 +253,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await api.register(statusRoutes);
     await api.register(platformConfigRoutes);
     await api.register(migrateRoutes);
-    await api.register(logRoutes);
-    await api.register(machineRoutes);
+    await api.register(logRoutes, { logs: deps.logs });
+    await api.register(machineRoutes, { machines: deps.machines });
     await api.register(systemRoutes);
     await api.register(updateHistoryRoutes);
     await api.register(updatePolicyRoutes);
-    await api.register(observabilityRoutes(metrics));
-    await api.register(tlsRoutes);
+    await api.register(observabilityRoutes, { metrics, diagnostics: deps.diagnostics });
+    await api.register(tlsRoutes, { tls: deps.tls });
     await api.register(notificationRoutes);
   });
   // The API document (collected by @fastify/swagger above), public when served: it holds no data.

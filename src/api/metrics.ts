@@ -4,9 +4,7 @@
 import fp from 'fastify-plugin';
 import type { FastifyInstance, preHandlerHookHandler } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { jobCounts, finishedJobDurations, selfUpdateCounts } from '../state/observability.ts';
-import { databaseUp } from '../state/health.ts';
-import { updateHistoryFigures } from '../state/update-history.ts';
+import type { ReadModels } from '../state/api-state.ts';
 
 /** Bounds a scrape's database reads: a scrape during an outage answers at once with db_up 0. */
 const SCRAPE_DB_TIMEOUT_MS = 2_000;
@@ -76,19 +74,19 @@ export class InstallerMetrics {
   }
 
   /** Reads the stored figures; on a database that does not answer, drops them and reports db_up 0. */
-  async refresh(db: FastifyInstance['deps']['database']['db']): Promise<void> {
+  async refresh(reads: Pick<ReadModels, 'health' | 'metrics'>): Promise<void> {
     this.jobsTotal.reset();
     this.jobsActive.reset();
     this.jobDuration.reset();
     this.selfUpdates.reset();
     this.selfUpdatesTotal.reset();
     this.selfUpdateDowntime.reset();
-    if (!(await databaseUp(db, SCRAPE_DB_TIMEOUT_MS))) {
+    if (!(await reads.health.up(SCRAPE_DB_TIMEOUT_MS))) {
       this.dbUp.set(0);
       return;
     }
     try {
-      const [counts, durations, updates, history] = await Promise.all([jobCounts(db), finishedJobDurations(db), selfUpdateCounts(db), updateHistoryFigures(db)]);
+      const [counts, durations, updates, history] = await Promise.all([reads.metrics.jobCounts(), reads.metrics.finishedJobDurations(), reads.metrics.selfUpdateCounts(), reads.metrics.updateHistoryFigures()]);
       for (const c of counts) {
         if (c.phase === 'completed' || c.phase === 'failed') this.jobsTotal.inc({ kind: c.kind, outcome: c.phase }, c.count);
         else this.jobsActive.set({ kind: c.kind, phase: c.phase }, c.count);

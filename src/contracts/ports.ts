@@ -69,9 +69,6 @@ export interface PlatformPort {
   readEnv(): Promise<{ key: string; value: string }[]>;
 }
 
-/** The platform as the API sees it: no engine access, only its project name and .env (docs/adr/0023-observed-state.md). */
-export type ApiPlatformPort = Pick<PlatformPort, 'project'>;
-
 /** One log line of a platform container (docs/adr/0007-container-logs.md). */
 export interface ContainerLogLine {
   /** Container name without the leading slash, e.g. `platform-web-1`. */

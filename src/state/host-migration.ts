@@ -7,11 +7,14 @@ import type { RecordedActor } from '../auth/actor.ts';
 import { conflict } from '../errors.ts';
 import { createJob } from './jobs.ts';
 
+/** The installer setting that holds the VM user the host migration substitutes for <USER>. */
+export const VM_USER_SETTING = 'vmUser';
+
 /** Queues the `migrate-host` job, or refuses with 409 and the spec's message. */
 export async function requestHostMigration(db: Kysely<DB>, input: { actor: RecordedActor; platformUrlSet: boolean }): Promise<string> {
   return db.transaction().execute(async (tx: Transaction<DB>) => {
     await sql`select pg_advisory_xact_lock(hashtext('installer.migrate-host'))`.execute(tx);
-    const vmUser = await tx.selectFrom('installer_settings').select('value').where('key', '=', 'vmUser').executeTakeFirst();
+    const vmUser = await tx.selectFrom('installer_settings').select('value').where('key', '=', VM_USER_SETTING).executeTakeFirst();
     if (!vmUser?.value) throw conflict('VM user must be set before running host migration');
     if (!input.platformUrlSet) throw conflict('PLATFORM_URL must be set before running host migration');
     const active = await tx

@@ -225,7 +225,7 @@ describe('every route declares its access', () => {
       [undefined, /route GET \/api\/undeclared declares no access/],
       [{ access: 'admn' }, /route GET \/api\/undeclared declares an unknown access "admn"/],
     ] as const) {
-      const app = await buildApp(t.app.deps);
+      const app = await buildApp(t.wired.deps);
       const start = async () => {
         await app.register(async (p) => {
           p.get('/api/undeclared', config ? { config: config as never } : {}, async () => ({ secret: true }));

@@ -21,7 +21,7 @@ describe('layer arrows', () => {
   it("the API's imports are a list of what is allowed: anything else is refused", async () => {
     const refused = async (file: string, imp: string) => (await lint(file, `import x from '${imp}';\nexport default x;\n`)).length;
     // Not on the list, though no rule against them was ever written: a top-level module, a library.
-    for (const imp of ['../../wiring.ts', '../../logger.ts', '../../db/database.ts', 'lodash', 'node:child_process', 'undici']) {
+    for (const imp of ['../../wiring.ts', '../../logger.ts', '../../db/database.ts', '../../db/migrate.ts', 'lodash', 'node:child_process', 'undici']) {
       expect(await refused('src/api/routes/example.ts', imp), imp).toBe(1);
     }
     for (const imp of ['../../state/jobs.ts', '../../contracts/audit.ts', '../../auth/actor.ts', '../../errors.ts', '../csv.ts', './job-view.ts', 'zod', '@fastify/sse', 'node:stream']) {

@@ -4,7 +4,7 @@ import type { FastifyReply } from 'fastify';
 import { Readable } from 'node:stream';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { actionExists, AuditTrailPages, listActionsPage, type ActionFilter, type ActionRow } from '../../state/actions.ts';
+import type { ActionFilter, ActionRow } from '../../state/actions.ts';
 import { ACTION_KINDS, ACTION_STATUSES, ACTOR_KINDS, type ActionKind, type ActionStatus, type ActorKind } from '../../contracts/audit.ts';
 import type { ActionView } from '../../contracts/ports.ts';
 import { parseInstant } from './logs.ts';
@@ -106,13 +106,12 @@ const CSV_BATCH = 1000;
 const csvRow = (r: ActionRow) => csvLine(CSV_COLUMNS.map((c) => (c === 'id' ? String(r.id) : r[c])));
 
 export const auditRoutes: FastifyPluginAsyncZod = async (app) => {
-  const db = app.deps.database.db;
   // Rendered pages of the audit trail: checked against the response schema once per read, then
   // reused by every caller for AUDIT_CACHE_MS (docs/adr/0014-audit-trail-reads.md).
   const renderActions = (rows: ActionRow[]) => JSON.stringify(actionList.parse(rows.map((r) => ({ ...r, id: String(r.id) }))));
   // Pages are read again when any process writes the trail (NOTIFY on its channel).
-  const auditPages = new AuditTrailPages(db, renderActions, (channel, onNotify) => app.deps.database.listen(channel, onNotify), app.deps.settings.AUDIT_CACHE_MS);
-  app.addHook('onClose', () => auditPages.close());
+  const auditPages = app.reads.audit.pages(renderActions, app.settings.AUDIT_CACHE_MS);
+  const { exists, page: readPage } = app.reads.audit;
 
   app.get(
     '/api/deployment/actions',
@@ -142,8 +141,8 @@ export const auditRoutes: FastifyPluginAsyncZod = async (app) => {
       if (filtered(q)) {
         return (async () => {
           const filter = filterOf(q);
-          if (q.before !== undefined && !(await actionExists(db, q.before))) throw badRequest(`before: no audit row has id ${q.before}`);
-          const rows = await listActionsPage(db, filter, { ...(q.before !== undefined ? { before: q.before } : {}), limit: q.limit + 1 });
+          if (q.before !== undefined && !(await exists(q.before))) throw badRequest(`before: no audit row has id ${q.before}`);
+          const rows = await readPage(filter, { ...(q.before !== undefined ? { before: q.before } : {}), limit: q.limit + 1 });
           const page = rows.slice(0, q.limit);
           sendPage(renderActions(page), rows.length > q.limit ? String(page.at(-1)!.id) : null);
         })();
@@ -174,9 +173,9 @@ export const auditRoutes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) => {
       const q = req.query;
       const filter = filterOf(q);
-      if (q.before !== undefined && !(await actionExists(db, q.before))) throw badRequest(`before: no audit row has id ${q.before}`);
+      if (q.before !== undefined && !(await exists(q.before))) throw badRequest(`before: no audit row has id ${q.before}`);
       // The first batch is read before the answer starts: a database that is down gets a 503, not a cut file.
-      const first = await listActionsPage(db, filter, { ...(q.before !== undefined ? { before: q.before } : {}), limit: CSV_BATCH });
+      const first = await readPage(filter, { ...(q.before !== undefined ? { before: q.before } : {}), limit: CSV_BATCH });
       async function* lines() {
         yield csvLine(CSV_COLUMNS);
         let batch = first;
@@ -185,7 +184,7 @@ export const auditRoutes: FastifyPluginAsyncZod = async (app) => {
           for (const row of batch) chunk += csvRow(row);
           if (chunk) yield chunk;
           if (batch.length < CSV_BATCH) return;
-          batch = await listActionsPage(db, filter, { before: String(batch.at(-1)!.id), limit: CSV_BATCH });
+          batch = await readPage(filter, { before: String(batch.at(-1)!.id), limit: CSV_BATCH });
         }
       }
       const name = `audit-trail-${new Date().toISOString().replace(/\.\d+Z$/, 'Z').replaceAll(':', '-')}.csv`;

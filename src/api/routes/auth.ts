@@ -8,8 +8,8 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import { changeOwnPassword, revokeToken, upgradePasswordHash, verifyCredentials, USERNAME_MAX, type UserView } from '../../state/users.ts';
-import { countAttempt, giveBack, pruneCounters, type CountedAttempt, type CounterLimit } from '../../state/sign-in-throttle.ts';
+import { USERNAME_MAX, type UserView } from '../../state/users.ts';
+import type { CountedAttempt, CounterLimit } from '../../state/sign-in-throttle.ts';
 import { clientKey, cookieValue, deviceCookieName, DeviceTokens, type Device } from '../../auth/sign-in.ts';
 import { AppError, badRequest, forbidden, unauthenticated } from '../../errors.ts';
 import { ROLES } from '../../db/schema.ts';
@@ -56,20 +56,20 @@ interface Counter extends CounterLimit {
   rule: string;
 }
 
-export const authRoutes: FastifyPluginAsyncZod = async (app) => {
-  const db = app.deps.database.db;
-  const perClient = app.deps.settings.LOGIN_RATE_LIMIT_PER_MINUTE;
-  const perUser = app.deps.settings.LOGIN_FAILURES_PER_USER_PER_MINUTE;
-  const devices = new DeviceTokens(app.deps.jwtSecret);
+export const authRoutes: FastifyPluginAsyncZod<{ jwtSecret: string }> = async (app, { jwtSecret }) => {
+  const auth = app.requests.auth;
+  const perClient = app.settings.LOGIN_RATE_LIMIT_PER_MINUTE;
+  const perUser = app.settings.LOGIN_FAILURES_PER_USER_PER_MINUTE;
+  const devices = new DeviceTokens(jwtSecret);
   let sincePrune = 0;
 
   /** Counts an attempt on its counters before anything is checked; 429 when one is past its limit. */
   const admitAttempt = async (req: FastifyRequest, reply: FastifyReply, counters: Counter[]): Promise<CountedAttempt[]> => {
     if (++sincePrune >= PRUNE_EVERY) {
       sincePrune = 0;
-      void pruneCounters(db).catch((err: unknown) => req.log.warn({ reason: (err as Error).message }, 'could not prune sign-in counters'));
+      void auth.pruneCounters().catch((err: unknown) => req.log.warn({ reason: (err as Error).message }, 'could not prune sign-in counters'));
     }
-    const { counted, refusedBy } = await countAttempt(db, counters);
+    const { counted, refusedBy } = await auth.countAttempt(counters);
     if (!refusedBy.length) return counted;
     const longest = refusedBy.reduce((a, b) => (b.retryAfter > a.retryAfter ? b : a));
     const rule = counters.find((c) => c.key === longest.key)!.rule;
@@ -134,16 +134,16 @@ export const authRoutes: FastifyPluginAsyncZod = async (app) => {
             },
           ];
       const counted = await admitAttempt(req, reply, counters);
-      const user = await verifyCredentials(db, username, password);
+      const user = await auth.verify(username, password);
       // A disabled user with the right password gets the answer of a wrong one: the same status,
       // body and work (the hash was checked either way), so it does not confirm the password.
       if (!user || user.disabled_at !== null) {
         req.log.info({ username, ...(user ? { disabled: true } : {}) }, 'sign-in refused');
         throw unauthenticated(WRONG);
       }
-      await giveBack(db, counted);
+      await auth.giveBack(counted);
       try {
-        if (await upgradePasswordHash(db, user, password)) req.log.info({ username: user.username }, 'password hash upgraded to the current scrypt parameters');
+        if (await auth.upgradeHash(user, password)) req.log.info({ username: user.username }, 'password hash upgraded to the current scrypt parameters');
       } catch (err) {
         req.log.warn({ username: user.username, reason: (err as Error).message }, 'could not upgrade the password hash');
       }
@@ -172,7 +172,7 @@ export const authRoutes: FastifyPluginAsyncZod = async (app) => {
       const p = req.principal!;
       if (p.kind !== 'user') throw badRequest('the service token cannot be signed out: replace its file to rotate it (docs/access.md)');
       const { jti, uid, exp } = ownClaims(req);
-      await app.users.applying(p.username, () => revokeToken(db, { jti, userId: uid, username: p.username, expiresAt: new Date(exp * 1000) }));
+      await app.users.applying(p.username, () => auth.revoke({ jti, userId: uid, username: p.username, expiresAt: new Date(exp * 1000) }));
       req.log.info({ username: p.username }, 'signed out');
       return { signedOut: true as const };
     },
@@ -217,14 +217,14 @@ export const authRoutes: FastifyPluginAsyncZod = async (app) => {
       ]);
       // A wrong current password throws out of the write, so nobody waits for a notice never sent.
       const user = await app.users.applying(p.username, async () => {
-        const changed = await changeOwnPassword(db, p.username, req.body.currentPassword, req.body.newPassword);
+        const changed = await auth.changeOwnPassword(p.username, req.body.currentPassword, req.body.newPassword);
         if (!changed) {
           req.log.info({ actor: p.username }, 'password change refused: wrong current password');
           throw forbidden('the current password is wrong');
         }
         return changed;
       });
-      await giveBack(db, counted);
+      await auth.giveBack(counted);
       req.log.info({ actor: p.username, user: p.username, change: 'password' }, 'user changed');
       return issue(user);
     },

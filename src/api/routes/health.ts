@@ -8,14 +8,14 @@
 // (docs/adr/0043-healthy-means-reconciling.md).
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { DatabaseProbe } from '../../state/health.ts';
 import { INSTANCE_HEADER } from '../../contracts/instance.ts';
 
 
 export const healthSchema = z.object({ status: z.enum(['ok', 'starting', 'error']), db: z.enum(['up', 'down']) });
 
-export const healthRoutes: FastifyPluginAsyncZod = async (app) => {
-  const probe = new DatabaseProbe(app.deps.database.db);
+/** `reconciling`: whether the process runs what its role runs; absent, from the start. */
+export const healthRoutes: FastifyPluginAsyncZod<{ reconciling?: () => boolean }> = async (app, { reconciling }) => {
+  const probe = app.reads.health.probe;
   app.get(
     '/api/health',
     {
@@ -33,7 +33,7 @@ export const healthRoutes: FastifyPluginAsyncZod = async (app) => {
       void reply.header(INSTANCE_HEADER, app.instance);
       const up = await probe.up();
       if (!up) return reply.status(503).send({ status: 'error', db: 'down' });
-      if (app.deps.reconciling && !app.deps.reconciling()) return reply.status(503).send({ status: 'starting', db: 'up' });
+      if (reconciling && !reconciling()) return reply.status(503).send({ status: 'starting', db: 'up' });
       return { status: 'ok' as const, db: 'up' as const };
     },
   );

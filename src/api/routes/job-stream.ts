@@ -1,7 +1,6 @@
 // A job's events as a server-sent stream: replayed from the log, then followed live until `finished`.
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { getJob } from '../../state/jobs.ts';
 import type { JobEventRecord } from '../../state/job-events.ts';
 import { badRequest, notFound } from '../../errors.ts';
 import { ClientStalled, drained, openStreams } from '../open-streams.ts';
@@ -24,8 +23,7 @@ const frame = (e: JobEventRecord) => `id: ${e.seq}\nevent: ${e.type}\ndata: ${JS
 const STREAM_POLL_MS = 2_000;
 
 export const jobStreamRoutes: FastifyPluginAsyncZod = async (app) => {
-  const { database, events } = app.deps;
-  const db = database.db;
+  const { get: getJob, events } = app.reads.jobs;
   // Open job streams, each by the function that ends it: a self-update's job ends only once the
   // next backend is up, so its stream would hold the stopping one for the whole drain.
   const jobStreams = openStreams<() => void>(app, (end) => end());
@@ -48,7 +46,7 @@ export const jobStreamRoutes: FastifyPluginAsyncZod = async (app) => {
       const jobId = req.params.jobId;
       const after = parseSeq(req.query.after, 'after');
       const lastId = parseSeq(req.headers['last-event-id'], 'Last-Event-ID');
-      if (!(await getJob(db, jobId))) throw notFound(`no job ${jobId}`);
+      if (!(await getJob(jobId))) throw notFound(`no job ${jobId}`);
       // Commit the stream now: the client knows it is connected, and heartbeats start even
       // while a job is quiet (the plugin starts them with the headers).
       reply.sse.sendHeaders();
@@ -76,7 +74,7 @@ export const jobStreamRoutes: FastifyPluginAsyncZod = async (app) => {
         end();
       });
       const raw = reply.raw;
-      const stallMs = app.deps.settings.LOG_CLIENT_STALL_SECONDS * 1000;
+      const stallMs = app.settings.LOG_CLIENT_STALL_SECONDS * 1000;
       try {
         while (!closed) {
           signalled = false;

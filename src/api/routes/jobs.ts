@@ -3,9 +3,6 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { freshness } from '../observed-reads.ts';
-import { readFresh } from '../../state/observed.ts';
-import { createJob, getJob, listJobs } from '../../state/jobs.ts';
-import { requestJobCancel } from '../../state/cancel-requests.ts';
 import { JOB_KINDS, REQUESTABLE_KINDS } from '../../contracts/job-kinds.ts';
 import { badRequest, notFound, unavailable } from '../../errors.ts';
 import { LIST_LIMIT, limitParam } from '../limit-param.ts';
@@ -15,12 +12,12 @@ const SERVICE_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$/;
 const limitQuery = limitParam(LIST_LIMIT, 'Rows');
 
 export const jobRoutes: FastifyPluginAsyncZod = async (app) => {
-  const db = app.deps.database.db;
+  const { reads, requests } = app;
 
   async function checkServices(services: string[] | undefined): Promise<string[]> {
     if (!services?.length) return [];
     // The service list as the observer last read it from the compose file (refreshed when stale).
-    const row = await readFresh(db, 'platform', freshness(app.deps.settings).fast);
+    const row = await reads.observed.fresh('platform', freshness(app.settings).fast);
     const known = row?.data?.services;
     if (!known) {
       throw unavailable(`cannot read the platform's services: ${row?.data?.servicesError ?? 'the platform has not been observed yet'}`);
@@ -51,7 +48,7 @@ export const jobRoutes: FastifyPluginAsyncZod = async (app) => {
       const { action } = req.body;
       if (req.body.services?.length && !JOB_KINDS[action].takesServices) throw badRequest(`services: ${action} acts on the whole platform and takes no services`);
       const services = await checkServices(req.body.services);
-      const jobId = await createJob(db, { kind: action, params: services.length ? { services } : {}, actor: req.actor() });
+      const jobId = await requests.jobs.create({ kind: action, params: services.length ? { services } : {}, actor: req.actor() });
       return reply.status(202).send({ jobId, kind: action, status: 'queued' as const });
     },
   );
@@ -68,7 +65,7 @@ export const jobRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const jobId = await requestJobCancel(db, req.params.jobId, req.actor());
+      const jobId = await requests.jobs.cancel(req.params.jobId, req.actor());
       return reply.status(202).send({ jobId, kind: 'cancel-job', status: 'queued' as const, targetJobId: req.params.jobId });
     },
   );
@@ -84,14 +81,14 @@ export const jobRoutes: FastifyPluginAsyncZod = async (app) => {
         response: { 200: z.array(jobSchema) },
       },
     },
-    async (req) => (await listJobs(db, { limit: req.query.limit })).map(viewJob),
+    async (req) => (await reads.jobs.list({ limit: req.query.limit })).map(viewJob),
   );
 
   app.get(
     '/api/deployment/jobs/:jobId',
     { config: { access: 'viewer' }, schema: { tags: ['deployment'], summary: 'One job and its status', params: jobIdParams, response: { 200: jobSchema } } },
     async (req) => {
-      const job = await getJob(db, req.params.jobId);
+      const job = await reads.jobs.get(req.params.jobId);
       if (!job) throw notFound(`no job ${req.params.jobId}`);
       return viewJob(job);
     },

@@ -12,8 +12,6 @@ import { badRequest, notFound, unavailable } from '../../errors.ts';
 import { ClientStalled, drained, openStreams } from '../open-streams.ts';
 import type { ContainerLogLine, ContainerLogsPort, ContainerView, LogFeed } from '../../contracts/ports.ts';
 import { freshness } from '../observed-reads.ts';
-import { readFresh } from '../../state/observed.ts';
-import { lastJobEnd } from '../../state/jobs.ts';
 
 /** Lines per container sent before following, when `tail` is not given. */
 export const TAIL_DEFAULT = 100;
@@ -180,8 +178,7 @@ function downloadStream(feed: LogFeed, raw: ServerResponse, ctx: StreamContext):
 
 // ---------------------------------------------------------------------------------------------
 
-function port(app: FastifyInstance): ContainerLogsPort {
-  const logs = app.deps.logs;
+function port(logs: ContainerLogsPort | undefined): ContainerLogsPort {
   if (!logs) throw unavailable('container logs are not available: this installer has no Docker engine connection');
   return logs;
 }
@@ -194,8 +191,7 @@ const ENGINE_DOWN = 'the Docker engine did not answer; try again shortly';
  * status page does. 503 when the engine did not answer the observer, or nothing was observed.
  */
 async function observedContainers(app: FastifyInstance, log: FastifyBaseLogger): Promise<ContainerView[]> {
-  const db = app.deps.database.db;
-  const row = await readFresh(db, 'platform', { ...freshness(app.deps.settings).fast, notBefore: await lastJobEnd(db) });
+  const row = await app.reads.observed.sinceLastJob('platform', freshness(app.settings).fast);
   if (!row?.data) throw unavailable('the platform has not been observed yet: no observer answered in time; try again shortly');
   if (row.data.engineError) {
     log.error({ reason: row.data.engineError }, 'the Docker engine did not answer the observer');
@@ -216,10 +212,11 @@ async function opened(log: FastifyBaseLogger, feed: LogFeed): Promise<LogFeed> {
   }
 }
 
-export const logRoutes: FastifyPluginAsyncZod = async (app) => {
-  const project = app.deps.settings.PLATFORM_PROJECT;
+/** `logs`: the engine's container logs, the one port a route reads the engine through; absent, the routes answer 503. */
+export const logRoutes: FastifyPluginAsyncZod<{ logs?: ContainerLogsPort }> = async (app, { logs: logsPort }) => {
+  const project = app.settings.PLATFORM_PROJECT;
   const active = openStreams<LogFeed>(app, (feed) => feed.close());
-  const ctx = (log: FastifyBaseLogger): StreamContext => ({ log, stallMs: app.deps.settings.LOG_CLIENT_STALL_SECONDS * 1000, active });
+  const ctx = (log: FastifyBaseLogger): StreamContext => ({ log, stallMs: app.settings.LOG_CLIENT_STALL_SECONDS * 1000, active });
 
   const liveDescription =
     'Server-sent events, one per line: `{container, service, stream, timestamp, line}`. First the last `tail` lines of each container in timestamp order, then new lines as they come; containers that start later join.';
@@ -233,7 +230,7 @@ export const logRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) => {
       // An engine that is down answers 503 here, before the stream is committed with a 200.
-      const feed = await opened(req.log, port(app).live({ project }, { tail: req.query.tail ?? TAIL_DEFAULT }));
+      const feed = await opened(req.log, port(logsPort).live({ project }, { tail: req.query.tail ?? TAIL_DEFAULT }));
       await streamSse(reply, feed, ctx(req.log), false);
     },
   );
@@ -252,7 +249,7 @@ export const logRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const logs = port(app);
+      const logs = port(logsPort);
       const { service } = req.params;
       const known = NAME.test(service) && (await observedContainers(app, req.log)).some((c) => c.service === service);
       if (!known) throw notFound(`service "${service.slice(0, 64)}" is not a service of the platform (compose project ${project})`);
@@ -291,7 +288,7 @@ export const logRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const logs = port(app);
+      const logs = port(logsPort);
       const { selection, ...window } = await windowArgs(req.query, req.log);
       const feed = await opened(req.log, logs.window(selection, { ...window, follow: true }));
       await streamSse(reply, feed, ctx(req.log), true);
@@ -317,7 +314,7 @@ export const logRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const logs = port(app);
+      const logs = port(logsPort);
       const { selection, ...window } = await windowArgs(req.query, req.log);
       const feed = await opened(req.log, logs.window(selection, { ...window, follow: false }));
       const name = `logs-${new Date().toISOString()}.txt`;

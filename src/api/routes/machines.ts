@@ -3,6 +3,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { unavailable } from '../../errors.ts';
+import type { MachinesPort } from '../../contracts/ports.ts';
 
 const node = z.object({
   id: z.string(),
@@ -32,7 +33,8 @@ const chart = z.object({
   instances: z.array(instance).describe('Recent actors of the chart, newest first, with the state each is in'),
 });
 
-export const machineRoutes: FastifyPluginAsyncZod = async (app) => {
+/** `machines`: the charts and their actors; absent, the route answers 503. */
+export const machineRoutes: FastifyPluginAsyncZod<{ machines?: MachinesPort }> = async (app, { machines }) => {
   app.get(
     '/api/machines',
     {
@@ -44,7 +46,6 @@ export const machineRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async () => {
-      const machines = app.deps.machines;
       if (!machines) throw unavailable('the state charts are not wired into this installer');
       return { charts: await machines.charts() };
     },

@@ -2,9 +2,6 @@
 // migrate-host.sh on the host as a job (followed through the job log stream).
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { getSetting, putSetting } from '../../state/settings.ts';
-import { listJobs } from '../../state/jobs.ts';
-import { requestHostMigration } from '../../state/host-migration.ts';
 import { AppError } from '../../errors.ts';
 
 /** POSIX portable user name, as useradd accepts it by default. */
@@ -12,8 +9,7 @@ export const VM_USER = /^[a-z_][a-z0-9_-]{0,31}$/;
 export const VM_USER_RULE = 'must be a POSIX user name: lower-case letters, digits, _ and -, starting with a letter or _, at most 32 characters';
 
 export const migrateRoutes: FastifyPluginAsyncZod = async (app) => {
-  const db = app.deps.database.db;
-  const settings = app.deps.settings;
+  const { reads, requests, settings } = app;
 
   app.get(
     '/api/migrate',
@@ -33,9 +29,9 @@ export const migrateRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async () => {
-      const last = (await listJobs(db, { limit: 200 })).find((j) => j.kind === 'migrate-host');
+      const last = await reads.hostMigration.lastJob();
       return {
-        vmUser: (await getSetting<string>(db, 'vmUser')) ?? null,
+        vmUser: await reads.hostMigration.vmUser(),
         platformUrlSet: Boolean(settings.PLATFORM_URL),
         scriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
         lastJob: last ? { jobId: last.jobId, phase: last.phase, detail: last.detail, createdAt: last.createdAt.toISOString() } : null,
@@ -60,7 +56,7 @@ export const migrateRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req) => {
       const actor = req.actor();
-      await putSetting(db, 'vmUser', req.body.vmUser, actor.id);
+      await requests.hostMigration.setVmUser(req.body.vmUser, actor.id);
       req.log.info({ vmUser: req.body.vmUser, actor: actor.id }, 'VM user set');
       return { vmUser: req.body.vmUser, updatedBy: actor.id };
     },
@@ -77,7 +73,7 @@ export const migrateRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const jobId = await requestHostMigration(db, { actor: req.actor(), platformUrlSet: Boolean(settings.PLATFORM_URL) });
+      const jobId = await requests.hostMigration.request({ actor: req.actor(), platformUrlSet: Boolean(settings.PLATFORM_URL) });
       return reply.status(202).send({ jobId });
     },
   );

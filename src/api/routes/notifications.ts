@@ -9,7 +9,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import {
-  addEndpoint, changeEndpoint, enqueueTest, listDeliveries, listEndpoints, removeEndpoint, urlForAudit, type DeliveryView, type EndpointView,
+  urlForAudit, type DeliveryView, type EndpointView,
 } from '../../state/notifications.ts';
 import type { DeliveryJson, WebhookJson } from '../../contracts/notifications.ts';
 
@@ -73,8 +73,7 @@ const outDelivery = (d: DeliveryView): DeliveryJson => ({
 });
 
 export const notificationRoutes: FastifyPluginAsyncZod = async (app) => {
-  const db = app.deps.database.db;
-  const sealer = app.deps.sealer;
+  const { reads, requests } = app;
   /** One line per change, naming who did it; never the secret. */
   const logged = (req: FastifyRequest, endpoint: string, change: Record<string, unknown>) => {
     req.log.info({ actor: req.actor().id, endpoint, ...change }, 'webhook changed');
@@ -86,7 +85,7 @@ export const notificationRoutes: FastifyPluginAsyncZod = async (app) => {
       config: { access: 'admin' },
       schema: { tags: ['notifications'], summary: 'Webhook endpoints (never their secrets)', response: { 200: z.array(endpointSchema) } },
     },
-    async () => (await listEndpoints(db)).map(out),
+    async () => (await reads.notifications.endpoints()).map(out),
   );
 
   app.post(
@@ -101,7 +100,7 @@ export const notificationRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const { endpoint, secret } = await addEndpoint(db, sealer, { url: req.body.url, allowPrivateNetwork: req.body.allowPrivateNetwork ?? false, actor: req.actor() });
+      const { endpoint, secret } = await requests.notifications.add({ url: req.body.url, allowPrivateNetwork: req.body.allowPrivateNetwork ?? false, actor: req.actor() });
       logged(req, endpoint.id, { change: 'added', url: urlForAudit(endpoint.url), ...(endpoint.allowPrivateNetwork ? { allowPrivateNetwork: true } : {}) });
       return reply.status(201).send({ ...out(endpoint), secret });
     },
@@ -122,7 +121,7 @@ export const notificationRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      const after = await changeEndpoint(db, req.params.id, req.body, req.actor());
+      const after = await requests.notifications.change(req.params.id, req.body, req.actor());
       logged(req, after.id, { change: 'changed', ...(req.body.url !== undefined ? { url: urlForAudit(req.body.url) } : {}), ...(req.body.enabled !== undefined ? { enabled: req.body.enabled } : {}), ...(req.body.allowPrivateNetwork !== undefined ? { allowPrivateNetwork: req.body.allowPrivateNetwork } : {}) });
       return out(after);
     },
@@ -135,7 +134,7 @@ export const notificationRoutes: FastifyPluginAsyncZod = async (app) => {
       schema: { tags: ['notifications'], summary: 'Remove a webhook endpoint and the deliveries it is still owed', params, response: { 200: z.object({ removed: z.string() }) } },
     },
     async (req) => {
-      await removeEndpoint(db, req.params.id, req.actor());
+      await requests.notifications.remove(req.params.id, req.actor());
       logged(req, req.params.id, { change: 'removed' });
       return { removed: req.params.id };
     },
@@ -153,7 +152,7 @@ export const notificationRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const queued = await enqueueTest(db, req.params.id, req.actor());
+      const queued = await requests.notifications.test(req.params.id, req.actor());
       logged(req, req.params.id, { change: 'test', delivery: queued.idempotencyKey });
       return reply.status(202).send(queued);
     },
@@ -182,6 +181,6 @@ export const notificationRoutes: FastifyPluginAsyncZod = async (app) => {
         response: { 200: z.array(deliverySchema) },
       },
     },
-    async (req) => (await listDeliveries(db, { limit: req.query.limit, ...(req.query.endpointId ? { endpointId: req.query.endpointId } : {}), ...(req.query.status ? { status: req.query.status } : {}) })).map(outDelivery),
+    async (req) => (await reads.notifications.deliveries({ limit: req.query.limit, ...(req.query.endpointId ? { endpointId: req.query.endpointId } : {}), ...(req.query.status ? { status: req.query.status } : {}) })).map(outDelivery),
   );
 };

@@ -7,14 +7,11 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 import { SECRET_SETTINGS, type Settings } from '../../config.ts';
-import { currentMigration } from '../../db/migrate.ts';
-import { databaseUp } from '../../state/health.ts';
-import { recentActions, recentJobs, recentSelfUpdates } from '../../state/observability.ts';
-import { queueState } from '../../state/jobs.ts';
 import type { InstallerMetrics } from '../metrics.ts';
 import { unavailable } from '../../errors.ts';
 import { freshness } from '../observed-reads.ts';
-import { ageOf, readFresh } from '../../state/observed.ts';
+import { ageOf } from '../../state/observed.ts';
+import type { DiagnosticsPort } from '../../contracts/ports.ts';
 import { printableUrl } from '../../contracts/trusted-source.ts';
 
 const RECENT_JOBS = 50;
@@ -74,9 +71,10 @@ async function settle<T>(p: Promise<T>): Promise<T | { error: string }> {
   }
 }
 
-export const observabilityRoutes = (metrics: InstallerMetrics): FastifyPluginAsyncZod => async (app) => {
-  const { database, settings, platform } = app.deps;
-  const db = database.db;
+/** `diagnostics`: recent log lines and the scrubber; absent, the bundle answers 503. */
+export const observabilityRoutes: FastifyPluginAsyncZod<{ metrics: InstallerMetrics; diagnostics?: DiagnosticsPort }> = async (app, { metrics, diagnostics }) => {
+  const { reads, settings } = app;
+  const { diagnostics: stored } = reads;
 
   app.get(
     '/metrics',
@@ -87,7 +85,7 @@ export const observabilityRoutes = (metrics: InstallerMetrics): FastifyPluginAsy
       schema: { tags: ['system'], summary: 'Prometheus metrics: HTTP request durations, SSE clients, jobs by kind and outcome, job durations, self-update outcomes', produces: ['text/plain'] },
     },
     async (_req, reply) => {
-      await metrics.refresh(db);
+      await metrics.refresh(reads);
       return reply.type(metrics.registry.contentType).send(await metrics.registry.metrics());
     },
   );
@@ -103,15 +101,15 @@ export const observabilityRoutes = (metrics: InstallerMetrics): FastifyPluginAsy
       },
     },
     async (req, reply) => {
-      const port = app.deps.diagnostics;
+      const port = diagnostics;
       if (!port) throw unavailable('diagnostics are not available in this process');
       const generatedAt = new Date();
-      const dbUp = await databaseUp(db);
+      const dbUp = await reads.health.up();
       const fromDb = <T>(read: () => Promise<T>) => (dbUp ? settle(read()) : Promise.resolve({ error: 'the database is unavailable' }));
       // Engine-side facts as the observer last saw them (docs/adr/0023-observed-state.md), each with its age.
       const observed = <K extends 'installer' | 'engine' | 'platform'>(key: K) =>
         fromDb(async () => {
-          const row = await readFresh(db, key, freshness(settings).fast);
+          const row = await reads.observed.fresh(key, freshness(settings).fast);
           if (!row?.data) throw new Error(`not observed yet: no observer answered in time`);
           return { data: row.data, conditions: row.conditions, ...ageOf(row) };
         });
@@ -119,14 +117,14 @@ export const observabilityRoutes = (metrics: InstallerMetrics): FastifyPluginAsy
         observed('installer'),
         observed('engine'),
         observed('platform'),
-        fromDb(() => currentMigration(db)),
-        fromDb(() => recentJobs(db, RECENT_JOBS)),
-        fromDb(() => queueState(db)),
-        fromDb(() => recentActions(db, RECENT_ACTIONS)),
-        fromDb(() => recentSelfUpdates(db, RECENT_UPDATES)),
+        fromDb(() => stored.schemaMigration()),
+        fromDb(() => stored.recentJobs(RECENT_JOBS)),
+        fromDb(() => reads.jobs.queue()),
+        fromDb(() => stored.recentActions(RECENT_ACTIONS)),
+        fromDb(() => stored.recentSelfUpdates(RECENT_UPDATES)),
         // Keys only: platform settings may hold the customer's own secrets.
         fromDb(async () => {
-          const row = await readFresh(db, 'platformEnv', freshness(settings).fast);
+          const row = await reads.observed.fresh('platformEnv', freshness(settings).fast);
           if (!row?.data) throw new Error('not observed yet: no observer answered in time');
           if (row.data.sealed === null) throw new Error(row.data.error ?? 'the platform .env could not be read');
           return row.data.keys;
@@ -143,9 +141,9 @@ export const observabilityRoutes = (metrics: InstallerMetrics): FastifyPluginAsy
         installer: { version: PACKAGE_VERSION, node: process.version, pid: process.pid, uptimeSeconds: Math.round(process.uptime()), rssBytes: process.memoryUsage().rss },
         runtime: runtimeInfo,
         engine,
-        database: { kind: database.kind, up: dbUp, schemaMigration: migration },
+        database: { kind: stored.databaseKind, up: dbUp, schemaMigration: migration },
         settings: redactedSettings(settings),
-        platform: { project: platform.project, envKeys, containers: platformContainers },
+        platform: { project: settings.PLATFORM_PROJECT, envKeys, containers: platformContainers },
         installerContainers,
         jobs: { running: queue, recent: jobs },
         actions,

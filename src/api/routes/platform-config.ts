@@ -3,16 +3,13 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { freshness } from '../observed-reads.ts';
-import { readFresh } from '../../state/observed.ts';
-import { lastJobEnd } from '../../state/jobs.ts';
-import { putConfigChanges, pendingConfigChanges, recordConfigReveal } from '../../state/platform-config.ts';
 import { INSTALLER_KEYS, isMaskedKey, MASK } from '../../contracts/platform-env.ts';
 import { forbidden, notFound, unavailable } from '../../errors.ts';
 
 const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
 
 export const platformConfigRoutes: FastifyPluginAsyncZod = async (app) => {
-  const db = app.deps.database.db;
+  const { reads, requests } = app;
 
   // The platform's configuration is masked for everyone: a URL holds a password whatever its key is
   // called (DATABASE_URL, REDIS_URL, SENTRY_DSN). An admin reveals one value at a time, and each
@@ -29,11 +26,11 @@ export const platformConfigRoutes: FastifyPluginAsyncZod = async (app) => {
   async function configEntries(): Promise<Map<string, RawEntry>> {
     // The .env as the observer last read it (sealed in its row); a row read before the latest job
     // ended is stale, since deploy and apply-config write the file.
-    const row = await readFresh(db, 'platformEnv', { ...freshness(app.deps.settings).fast, notBefore: await lastJobEnd(db) });
+    const row = await reads.observed.sinceLastJob('platformEnv', freshness(app.settings).fast);
     if (!row?.data) throw unavailable('cannot read the platform .env: it has not been observed yet (no controllers answered in time)');
     if (row.data.sealed === null) throw unavailable(`cannot read the platform .env: ${row.data.error ?? 'unknown error'}`);
-    const current = JSON.parse(app.deps.sealer.open(row.data.sealed)) as { key: string; value: string }[];
-    const pending = await pendingConfigChanges(db, app.deps.sealer);
+    const current = reads.platformConfig.observedEntries(row.data.sealed);
+    const pending = await reads.platformConfig.pending();
     const byKey = new Map<string, RawEntry>();
     for (const e of current) byKey.set(e.key, { key: e.key, value: e.value, pending: false });
     for (const c of pending) byKey.set(c.key, { key: c.key, value: c.value, pending: true });
@@ -75,7 +72,7 @@ export const platformConfigRoutes: FastifyPluginAsyncZod = async (app) => {
       if (!entry) throw notFound(`the platform's configuration has no key ${key}`);
       const actor = req.actor();
       // Recorded before the value leaves: a reveal the audit trail does not hold never happens.
-      await recordConfigReveal(db, key, entry.pending, actor);
+      await requests.platformConfig.recordReveal(key, entry.pending, actor);
       req.log.info({ key, pending: entry.pending, actor: actor.id }, 'platform configuration value revealed');
       void reply.header('cache-control', 'no-store');
       return { key, value: entry.value, pending: entry.pending };
@@ -110,8 +107,8 @@ export const platformConfigRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) => {
       const actor = req.actor();
-      await putConfigChanges(db, app.deps.sealer, req.body.set, req.body.unset, actor.id);
-      const pending = (await pendingConfigChanges(db, app.deps.sealer)).map((c) => c.key);
+      await requests.platformConfig.put(req.body.set, req.body.unset, actor.id);
+      const pending = (await reads.platformConfig.pending()).map((c) => c.key);
       req.log.info({ keys: [...Object.keys(req.body.set), ...req.body.unset], actor: actor.id }, 'platform configuration change requested');
       return reply.status(202).send({ pending });
     },

@@ -3,15 +3,12 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { ageFields, freshness } from '../observed-reads.ts';
-import { ageOf, readFresh } from '../../state/observed.ts';
-import { lastJobEnd, listJobs } from '../../state/jobs.ts';
-import { lastActionOfEachKind } from '../../state/actions.ts';
+import { ageOf } from '../../state/observed.ts';
 import type { ActionKind } from '../../contracts/audit.ts';
 import { jobSchema, viewJob } from './job-view.ts';
 
 export const statusRoutes: FastifyPluginAsyncZod = async (app) => {
-  const { database, platform } = app.deps;
-  const db = database.db;
+  const { reads, settings } = app;
 
   app.get(
     '/api/deployment/status',
@@ -36,13 +33,13 @@ export const statusRoutes: FastifyPluginAsyncZod = async (app) => {
     async () => {
       // The containers as the observer last saw them; a row observed before the latest job ended is
       // stale too, so a client that waited for its job then reads the job's result.
-      const row = await readFresh(db, 'platform', { ...freshness(app.deps.settings).fast, notBefore: await lastJobEnd(db) });
+      const row = await reads.observed.sinceLastJob('platform', freshness(settings).fast);
       const containers = row?.data?.containers ?? [];
       const engineError = row ? row.data?.engineError : 'the platform has not been observed yet: no observer answered in time';
-      const active = await listJobs(db, { limit: 200, phases: ['queued', 'running'] });
-      const last = await lastActionOfEachKind(db);
+      const active = await reads.jobs.list({ limit: 200, phases: ['queued', 'running'] });
+      const last = await reads.audit.lastOfEachKind();
       return {
-        project: platform.project,
+        project: settings.PLATFORM_PROJECT,
         containers,
         ...(engineError ? { engineError } : {}),
         running: active.filter((j) => j.phase === 'running').map(viewJob),

@@ -5,8 +5,8 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { ageFields, CHANNEL_CHECK_WAIT_MS } from '../observed-reads.ts';
-import { ageOf, observeNow, ObservedWrites, readObserved } from '../../state/observed.ts';
-import { failedTargetWarning, getSelfUpdate, lastUpdate, PREFLIGHT_ENDED, requestSelfUpdate, withdrawUnclaimed, type SelfUpdateView } from '../../state/self-update.ts';
+import { ageOf } from '../../state/observed.ts';
+import { failedTargetWarning, PREFLIGHT_ENDED, type SelfUpdateView } from '../../state/self-update.ts';
 import { AppError, badRequest, conflict, unavailable } from '../../errors.ts';
 import { INSTANCE_HEADER } from '../../contracts/instance.ts';
 
@@ -42,11 +42,7 @@ const POLL_MS = 100;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
-  const { database, settings } = app.deps;
-  const db = database.db;
-  // The checks wait for the observer's write of the channel: heard, not polled.
-  const writes = new ObservedWrites((channel, onNotify) => database.listen(channel, onNotify));
-  app.addHook('onClose', () => writes.close());
+  const { reads, requests, settings } = app;
 
   app.get(
     '/api/system/self-update-check',
@@ -62,10 +58,10 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
       // A new observation of the channel for every check, shared with the checks arriving with it:
       // the API touches no registry, engine or compose file itself (docs/adr/0023-observed-state.md),
       // and what it answers is never older than the question (docs/adr/0049-live-update-check.md).
-      const [{ row, fresh }, last] = await Promise.all([observeNow(db, 'channel', CHANNEL_CHECK_WAIT_MS, writes), lastUpdate(db)]);
+      const [{ row, fresh }, last] = await Promise.all([reads.observed.now('channel', CHANNEL_CHECK_WAIT_MS), reads.selfUpdate.last()]);
       if (!fresh) {
         // Nothing answered in time: what an older observation said is not served as the answer.
-        const installer = await readObserved(db, 'installer');
+        const installer = await reads.observed.current('installer');
         return {
           updateAvailable: false,
           currentDigest: installer?.data?.digest ?? null,
@@ -108,19 +104,19 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
       // switch that finished before its first poll (docs/adr/0034-restart-seen-by-instance.md).
       void reply.header(INSTANCE_HEADER, app.instance);
       const actor = req.actor();
-      const requestId = await requestSelfUpdate(db, actor);
+      const requestId = await requests.selfUpdate.request(actor);
       req.log.info({ requestId, actor: actor.id }, 'self-update requested');
 
       const started = Date.now();
       const limit = settings.SELF_UPDATE_PREFLIGHT_TIMEOUT_SECONDS * 1000;
       let view: SelfUpdateView | undefined;
       for (;;) {
-        view = await getSelfUpdate(db, requestId);
+        view = await reads.selfUpdate.get(requestId);
         if (!view || PREFLIGHT_ENDED.includes(view.phase)) break;
         const waited = Date.now() - started;
         if (view.phase === 'requested' && waited >= CLAIM_TIMEOUT_MS) {
           const detail = `no self-update controller claimed the request within ${CLAIM_TIMEOUT_MS / 1000} s; nothing was changed`;
-          if (await withdrawUnclaimed(db, requestId, detail)) throw unavailable(`self-update not started: ${detail}`);
+          if (await requests.selfUpdate.withdrawUnclaimed(requestId, detail)) throw unavailable(`self-update not started: ${detail}`);
           continue;
         }
         if (waited >= limit) {

@@ -3,6 +3,7 @@
 // Every client that connects is shown the certificate anyway (docs/adr/0020-https-listeners.md).
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import type { TlsView } from '../../contracts/ports.ts';
 
 export const tlsSchema = z.object({
   https: z.boolean().describe('Whether the installer serves HTTPS (HTTPS_PORT is set)'),
@@ -18,7 +19,8 @@ export const tlsSchema = z.object({
     .nullable(),
 });
 
-export const tlsRoutes: FastifyPluginAsyncZod = async (app) => {
+/** `tls`: the HTTPS listener's certificate; null or absent, plain HTTP only. */
+export const tlsRoutes: FastifyPluginAsyncZod<{ tls?: TlsView | null }> = async (app, opts) => {
   app.get(
     '/api/tls',
     {
@@ -26,10 +28,10 @@ export const tlsRoutes: FastifyPluginAsyncZod = async (app) => {
       schema: { tags: ['system'], summary: 'The HTTPS certificate: its fingerprint to compare', response: { 200: tlsSchema } },
     },
     async () => {
-      const tls = app.deps.tls;
+      const tls = opts.tls;
       if (!tls) return { https: false, certificate: null };
       const { source, fingerprint256, spkiSha256, subject, notAfter } = tls;
-      return { https: true, certificate: { source, fingerprint256, spkiSha256, subject, notAfter, hsts: source === 'operator' && app.deps.settings.HSTS_MAX_AGE_SECONDS > 0 } };
+      return { https: true, certificate: { source, fingerprint256, spkiSha256, subject, notAfter, hsts: source === 'operator' && app.settings.HSTS_MAX_AGE_SECONDS > 0 } };
     },
   );
 };

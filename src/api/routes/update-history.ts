@@ -3,7 +3,6 @@
 // only; paged like the audit trail, with a `Link: rel="next"` header naming the next older page.
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { historyEntryExists, listUpdateHistory } from '../../state/update-history.ts';
 import type { UpdateHistoryEntry } from '../../contracts/update-history.ts';
 import { badRequest } from '../../errors.ts';
 import { limitParam } from '../limit-param.ts';
@@ -29,7 +28,7 @@ const entrySchema = z.object({
 }) satisfies z.ZodType<UpdateHistoryEntry>;
 
 export const updateHistoryRoutes: FastifyPluginAsyncZod = async (app) => {
-  const db = app.deps.database.db;
+  const history = app.reads.updateHistory;
 
   app.get(
     '/api/system/self-update/history',
@@ -48,8 +47,8 @@ export const updateHistoryRoutes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) => {
       const { limit, before } = req.query;
-      if (before !== undefined && !(await historyEntryExists(db, before))) throw badRequest(`before: no self-update in the history has requestId ${before}`);
-      const rows = await listUpdateHistory(db, { ...(before !== undefined ? { before } : {}), limit: limit + 1 });
+      if (before !== undefined && !(await history.exists(before))) throw badRequest(`before: no self-update in the history has requestId ${before}`);
+      const rows = await history.list({ ...(before !== undefined ? { before } : {}), limit: limit + 1 });
       const page = rows.slice(0, limit);
       if (rows.length > limit) {
         const params = new URLSearchParams({ limit: String(limit), before: page.at(-1)!.requestId });

@@ -4,7 +4,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { UPDATE_POLICY_MODES } from '../../db/schema.ts';
-import { DAY_NAMES, getUpdatePolicy, listQuarantine, putUpdatePolicy, type UpdatePolicyView } from '../../state/update-policy.ts';
+import { DAY_NAMES, type UpdatePolicyView } from '../../state/update-policy.ts';
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
@@ -74,12 +74,12 @@ const out = (p: UpdatePolicyView) => ({
 });
 
 export const updatePolicyRoutes: FastifyPluginAsyncZod = async (app) => {
-  const db = app.deps.database.db;
+  const { reads, requests } = app;
 
   app.get(
     '/api/system/update-policy',
     { config: { access: 'viewer' }, schema: { tags: ['system'], summary: 'The self-update policy (manual, notify, or auto in a weekly UTC window) and what it last decided', response: { 200: policySchema } } },
-    async () => out(await getUpdatePolicy(db)),
+    async () => out(await reads.updatePolicy.get()),
   );
 
   app.put(
@@ -94,9 +94,9 @@ export const updatePolicyRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      const current = await getUpdatePolicy(db);
+      const current = await reads.updatePolicy.get();
       const actor = req.actor();
-      const policy = await putUpdatePolicy(db, { mode: req.body.mode, window: req.body.window ?? current.window }, actor);
+      const policy = await requests.updatePolicy.put({ mode: req.body.mode, window: req.body.window ?? current.window }, actor);
       req.log.info({ actor: actor.id, mode: policy.mode, window: policy.window, generation: policy.generation }, 'update policy changed');
       return out(policy);
     },
@@ -114,7 +114,7 @@ export const updatePolicyRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) =>
-      (await listQuarantine(db, { includeLifted: req.query.lifted === 'true' })).map((q) => ({
+      (await reads.updatePolicy.quarantine({ includeLifted: req.query.lifted === 'true' })).map((q) => ({
         ...q, since: q.since.toISOString(), liftedAt: iso(q.liftedAt),
       })),
   );

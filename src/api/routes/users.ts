@@ -6,7 +6,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import {
-  addUser, changeUser, deleteUser, resetPassword, userViews, PASSWORD_MAX, PASSWORD_MIN, USERNAME_MAX, USERNAME_RULE, USERNAME_RULE_TEXT,
+  PASSWORD_MAX, PASSWORD_MIN, USERNAME_MAX, USERNAME_RULE, USERNAME_RULE_TEXT,
   type UserView,
 } from '../../state/users.ts';
 import { ROLES, type Role } from '../../db/schema.ts';
@@ -44,7 +44,7 @@ const out = (u: UserView) => ({
 });
 
 export const userRoutes: FastifyPluginAsyncZod = async (app) => {
-  const db = app.deps.database.db;
+  const { reads, requests } = app;
   /** One line per change, naming who did it; never a password. */
   const logged = (req: FastifyRequest, user: string, change: Record<string, unknown>) => {
     req.log.info({ actor: req.actor().id, user, ...change }, 'user changed');
@@ -56,7 +56,7 @@ export const userRoutes: FastifyPluginAsyncZod = async (app) => {
       config: { access: 'admin' },
       schema: { tags: ['users'], summary: 'Local users, their roles and status', response: { 200: z.array(userSchema) } },
     },
-    async () => (await userViews(db)).map(out),
+    async () => (await reads.users.list()).map(out),
   );
 
   app.post(
@@ -71,7 +71,7 @@ export const userRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const user = await app.users.applying(req.body.username, () => addUser(db, { ...req.body, mustChangePassword: true }));
+      const user = await app.users.applying(req.body.username, () => requests.users.add({ ...req.body, mustChangePassword: true }));
       logged(req, user.username, { change: 'added', role: user.role });
       return reply.status(201).send(out(user));
     },
@@ -92,7 +92,7 @@ export const userRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      const { before, after } = await app.users.applying(req.params.username, () => changeUser(db, req.params.username, req.body));
+      const { before, after } = await app.users.applying(req.params.username, () => requests.users.change(req.params.username, req.body));
       const change: Record<string, unknown> = {};
       if (before.role !== after.role) Object.assign(change, { change: 'role', from: before.role, role: after.role });
       if (before.disabled !== after.disabled) Object.assign(change, { change: after.disabled ? 'disabled' : 'enabled' });
@@ -114,7 +114,7 @@ export const userRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      const user = await app.users.applying(req.params.username, () => resetPassword(db, req.params.username, req.body.password, { mustChangePassword: true }));
+      const user = await app.users.applying(req.params.username, () => requests.users.resetPassword(req.params.username, req.body.password, { mustChangePassword: true }));
       logged(req, user.username, { change: 'password-reset' });
       return out(user);
     },
@@ -132,7 +132,7 @@ export const userRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      const user = await app.users.applying(req.params.username, () => deleteUser(db, req.params.username));
+      const user = await app.users.applying(req.params.username, () => requests.users.remove(req.params.username));
       logged(req, user.username, { change: 'removed', role: user.role });
       return { removed: user.username };
     },

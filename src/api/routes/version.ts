@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { ageFields, freshness } from '../observed-reads.ts';
-import { ageOf, readFresh } from '../../state/observed.ts';
+import { ageOf } from '../../state/observed.ts';
 
 export const versionSchema = z.object({
   inContainer: z.boolean(),
@@ -20,7 +20,7 @@ export const versionRoutes: FastifyPluginAsyncZod = async (app) => {
     '/api/version',
     { config: { access: 'viewer' }, schema: { tags: ['system'], summary: 'Running image reference and digest, as the observer last saw them', response: { 200: versionAnswer } } },
     async () => {
-      const row = await readFresh(app.deps.database.db, 'installer', freshness(app.deps.settings).fast);
+      const row = await app.reads.observed.fresh('installer', freshness(app.settings).fast);
       const info = row?.data ?? { inContainer: false, image: null, tag: null, digest: null, imageId: null, containerId: null, note: 'the installer has not been observed yet: no observer answered in time' };
       return { ...info, ...ageOf(row) };
     },
