@@ -8,7 +8,7 @@ import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts'
 import { docker, run, uniqueName } from '../helpers/e2e/rig.ts';
 import { ROOT } from '../helpers/shared/process.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
-import { parseSse, type SseMessage } from '../helpers/shared/sse.ts';
+import { parseSse, readSse as readSseAt, type SseMessage } from '../helpers/shared/sse.ts';
 import { ContainerLogs, openEngineStream } from '../../src/adapters/container-logs/index.ts';
 import { connectEngine } from '../../src/adapters/docker-engine.ts';
 import { secretScrubber, REDACTED } from '../../src/logger.ts';
@@ -62,44 +62,9 @@ async function allEngineLines(): Promise<ContainerLogLine[]> {
 const merged = (...lists: ContainerLogLine[][]) =>
   lists.flat().sort((a, b) => (a.timestamp !== b.timestamp ? (a.timestamp < b.timestamp ? -1 : 1) : a.container < b.container ? -1 : a.container > b.container ? 1 : 0));
 
-/** Reads an SSE response with fetch until `enough` says so, the server ends it, or the time is up. */
-async function readSse(pathAndQuery: string, token: string, enough: (events: SseMessage[]) => boolean = () => false, timeoutMs = 15_000) {
-  const ac = new AbortController();
-  const timer = setTimeout(() => ac.abort(), timeoutMs);
-  const res = await fetch(`${base}${pathAndQuery}`, { headers: { authorization: `Bearer ${token}` }, signal: ac.signal });
-  let text = '';
-  let endedByServer = false;
-  const events: SseMessage[] = [];
-  if (res.headers.get('content-type') === 'text/event-stream') {
-    const reader = res.body!.getReader();
-    const dec = new TextDecoder();
-    try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) {
-          endedByServer = true;
-          break;
-        }
-        text += dec.decode(value, { stream: true });
-        const cut = text.lastIndexOf('\n\n');
-        if (cut >= 0) {
-          events.push(...parseSse(text.slice(0, cut + 2)));
-          text = text.slice(cut + 2);
-        }
-        if (enough(events)) break;
-      }
-    } catch (err) {
-      if ((err as Error).name !== 'AbortError') throw err;
-    } finally {
-      clearTimeout(timer);
-      ac.abort();
-    }
-  } else {
-    text = await res.text();
-    clearTimeout(timer);
-  }
-  return { status: res.status, headers: res.headers, events, endedByServer, body: text };
-}
+/** Reads an SSE response of the app until `enough` says so, the server ends it, or the time is up. */
+const readSse = (pathAndQuery: string, token: string, enough?: (events: SseMessage[]) => boolean, timeoutMs?: number) =>
+  readSseAt(`${base}${pathAndQuery}`, token, enough, timeoutMs);
 
 const logLines = (events: SseMessage[]) => events.filter((e) => e.event === undefined).map((e) => e.data as unknown as ContainerLogLine);
 const numberOf = (l: ContainerLogLine) => Number(/ (\d+)$/.exec(l.line)?.[1] ?? NaN);

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser, Page } from 'playwright-core';
 import { startTestApp, PASSWORDS, type TestApp } from '../helpers/api/app.ts';
-import { axeViolations, describeViolations, ensureUiBuilt, launchChromium, newPage, pageClock, shoot, signIn, useToken, type PageGlobals } from '../helpers/e2e/ui.ts';
+import { ensureUiBuilt, expectAccessible, expectNoSideScroll, launchChromium, newPage, pageClock, shoot, signIn, useToken, type PageGlobals } from '../helpers/e2e/ui.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { recordFinished, recordStarted } from '../../src/state/actions.ts';
 
@@ -82,26 +82,6 @@ async function open(page: Page, def: PageDef): Promise<void> {
   if (def.name === 'machines') await page.getByTestId('chart-job').waitFor();
 }
 
-async function expectAccessible(page: Page, where: string): Promise<void> {
-  const violations = await axeViolations(page);
-  expect(violations, describeViolations(where, violations)).toEqual([]);
-}
-
-/** The document is no wider than the viewport: no page-level horizontal scroll. */
-async function expectNoSideScroll(page: Page, where: string): Promise<void> {
-  const { scroll, client, wide } = await page.evaluate(() => {
-    const { document } = globalThis as unknown as PageGlobals;
-    const root = document.scrollingElement!;
-    // The outermost elements that reach past the right edge, to name the culprit.
-    const wide = [...document.querySelectorAll('body *')]
-      .filter((el) => el.getBoundingClientRect().right > root.clientWidth + 0.5 && !el.parentElement?.closest('.table-scroll, .chart-scroll, .output'))
-      .slice(0, 5)
-      .map((el) => `${el.tagName.toLowerCase()}.${el.getAttribute('class') ?? ''} (right ${Math.round(el.getBoundingClientRect().right)})`);
-    return { scroll: root.scrollWidth, client: root.clientWidth, wide };
-  });
-  expect(scroll, `${where}: the page is ${scroll}px wide in a ${client}px viewport: ${wide.join(', ')}`).toBeLessThanOrEqual(PHONE.width);
-}
-
 describe('UI basics', () => {
   for (const scheme of SCHEMES) {
     for (const size of ['desktop', 'phone'] as const) {
@@ -117,7 +97,7 @@ describe('UI basics', () => {
             return getComputedStyle(document.documentElement).colorScheme;
           })).toBe('light dark');
           await expectAccessible(page, `sign-in (${scheme}, ${size})`);
-          if (size === 'phone') await expectNoSideScroll(page, 'sign-in');
+          if (size === 'phone') await expectNoSideScroll(page, 'sign-in', PHONE.width);
           await shot('sign-in');
 
           await signIn(page, base, 'admin');
@@ -126,7 +106,7 @@ describe('UI basics', () => {
             // The title follows the page in an effect after its render: it can trail the heading.
             await poll(() => page.title()).toMatch(def.title instanceof RegExp ? def.title : new RegExp(`^${def.title}$`));
             await expectAccessible(page, `${def.name} (${scheme}, ${size})`);
-            if (size === 'phone') await expectNoSideScroll(page, def.name);
+            if (size === 'phone') await expectNoSideScroll(page, def.name, PHONE.width);
             await shot(def.name);
           }
 
@@ -134,7 +114,7 @@ describe('UI basics', () => {
           await page.locator('tr[data-user="viewer"]').getByRole('button', { name: 'Reset password…' }).click();
           await page.getByTestId('reset-password').waitFor();
           await expectAccessible(page, `reset-password dialog (${scheme}, ${size})`);
-          if (size === 'phone') await expectNoSideScroll(page, 'reset-password dialog');
+          if (size === 'phone') await expectNoSideScroll(page, 'reset-password dialog', PHONE.width);
           await shot('dialog');
         } finally {
           await context.close();

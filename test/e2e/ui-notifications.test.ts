@@ -10,7 +10,7 @@ import { createHmac } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import type { Browser } from 'playwright-core';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
-import { axeViolations, describeViolations, ensureUiBuilt, launchChromium, newPage, shoot, signIn } from '../helpers/e2e/ui.ts';
+import { ensureUiBuilt, expectAccessible, launchChromium, newPage, shoot, signIn } from '../helpers/e2e/ui.ts';
 
 let t: TestApp;
 let base: string;
@@ -82,8 +82,7 @@ describe('notifications in the UI', () => {
     const delivery = page.locator(`tr[data-delivery="${String(hit.headers['x-installer-delivery'])}"]`);
     await poll(() => delivery.textContent(), 20_000).toContain('delivered');
     await shoot(page, 'notifications', { doc: true });
-    const violations = await axeViolations(page);
-    expect(violations, describeViolations('notifications', violations)).toEqual([]);
+    await expectAccessible(page, 'notifications');
 
     // The allowance cannot be taken back while the URL needs it: the page says why.
     await row.getByRole('button', { name: 'Public only' }).click();

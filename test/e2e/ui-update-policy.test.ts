@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
-import { axeViolations, describeViolations, ensureUiBuilt, launchChromium, newPage, shoot, signIn, type PageGlobals } from '../helpers/e2e/ui.ts';
+import { ensureUiBuilt, expectAccessible, expectNoSideScroll, launchChromium, newPage, shoot, signIn } from '../helpers/e2e/ui.ts';
 import { getUpdatePolicy, putUpdatePolicy, quarantineDigest } from '../../src/state/update-policy.ts';
 
 let t: TestApp;
@@ -92,13 +92,8 @@ describe('the update policy in the UI', () => {
         await signIn(page, base, 'admin', '/');
         await page.getByTestId('policy-form').waitFor();
         await poll(() => page.getByTestId('quarantine').count()).toBe(1);
-        const violations = await axeViolations(page);
-        expect(violations, describeViolations(`status (${colorScheme}, phone)`, violations)).toEqual([]);
-        const { scroll } = await page.evaluate(() => {
-          const { document } = globalThis as unknown as PageGlobals;
-          return { scroll: document.scrollingElement!.scrollWidth };
-        });
-        expect(scroll).toBeLessThanOrEqual(390);
+        await expectAccessible(page, `status (${colorScheme}, phone)`);
+        await expectNoSideScroll(page, `status (${colorScheme}, phone)`, 390);
       } finally {
         await context.close();
       }

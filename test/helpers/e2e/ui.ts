@@ -5,6 +5,7 @@ import { createRequire } from 'node:module';
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { expect } from 'vitest';
 import { NODE, ROOT } from '../shared/process.ts';
 import { PASSWORDS } from '../api/app.ts';
 import { eventually } from '../shared/eventually.ts';
@@ -221,4 +222,25 @@ export function describeViolations(where: string, violations: AxeViolation[]): s
     if (v.nodes.length > 8) lines.push(`    … and ${v.nodes.length - 8} more`);
   }
   return lines.join('\n');
+}
+
+/** No serious or critical axe violation on the page; the failure names `where` and each violation. */
+export async function expectAccessible(page: Page, where: string): Promise<void> {
+  const violations = await axeViolations(page);
+  expect(violations, describeViolations(where, violations)).toEqual([]);
+}
+
+/** The document is no wider than `width`: no page-level horizontal scroll (the failure names what reaches past it). */
+export async function expectNoSideScroll(page: Page, where: string, width: number): Promise<void> {
+  const { scroll, client, wide } = await page.evaluate(() => {
+    const { document } = globalThis as unknown as PageGlobals;
+    const root = document.scrollingElement!;
+    // The outermost elements that reach past the right edge, to name the culprit.
+    const wide = [...document.querySelectorAll('body *')]
+      .filter((el) => el.getBoundingClientRect().right > root.clientWidth + 0.5 && !el.parentElement?.closest('.table-scroll, .chart-scroll, .output'))
+      .slice(0, 5)
+      .map((el) => `${el.tagName.toLowerCase()}.${el.getAttribute('class') ?? ''} (right ${Math.round(el.getBoundingClientRect().right)})`);
+    return { scroll: root.scrollWidth, client: root.clientWidth, wide };
+  });
+  expect(scroll, `${where}: the page is ${scroll}px wide in a ${client}px viewport: ${wide.join(', ')}`).toBeLessThanOrEqual(width);
 }
