@@ -2,7 +2,7 @@
 # Sets up the local test rig on a Debian 12 machine (root, no systemd, network only
 # to Debian's mirror and the npm registry):
 #   1. Debian packages (docker.io, docker-registry, debootstrap, wrk, ...) and the compose
-#      v2 plugin from Debian trixie (the system stays on bookworm);
+#      v2 plugin and cosign from Debian trixie (the system stays on bookworm);
 #   2. a Docker engine on /var/run/docker.sock (no iptables, no default bridge);
 #   3. a registry on 127.0.0.1:5000;
 #   4. base images built locally, without any pull (see deploy/rig/*/Dockerfile).
@@ -101,14 +101,11 @@ install_packages() {
     >>"$RIG_LOG/apt.log" 2>&1 || die "apt-get install failed, see $RIG_LOG/apt.log"
 }
 
-# Compose v2 is not in bookworm: fetch trixie's docker-compose (2.26.x, depends on
-# libc6 only) with a private sources list, lists and cache, then dpkg -i it.
-install_compose() {
-  local ver
-  ver="$(dpkg-query -W -f='${Version}' docker-compose 2>/dev/null || :)"
-  if [[ $ver == 2.* && -x $COMPOSE_PLUGIN ]]; then return 0; fi
-  log "installing the compose v2 plugin from Debian trixie"
-  local apt_dir="$RIG_CACHE/apt-trixie" dl
+# Packages bookworm lacks (or has too old), fetched from Debian trixie with a private sources
+# list, lists and cache, then dpkg -i'd: the system stays on bookworm. Each depends only on
+# libraries bookworm has (docs/rig.md).
+install_from_trixie() {
+  local apt_dir="$RIG_CACHE/apt-trixie" dl pkg
   mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
   echo "deb $DEBIAN_MIRROR trixie main" >"$apt_dir/sources.list"
   local -a opts=(
@@ -122,11 +119,32 @@ install_compose() {
   make_tmp dl
   chmod 0755 "$dl"
   chown _apt "$dl" 2>/dev/null || :
-  (cd "$dl" && apt-get "${opts[@]}" -qq download docker-compose) >>"$RIG_LOG/apt.log" 2>&1 ||
-    die "apt-get download docker-compose (trixie) failed, see $RIG_LOG/apt.log"
-  dpkg -i "$dl"/docker-compose_*.deb >>"$RIG_LOG/apt.log" 2>&1 ||
-    die "dpkg -i docker-compose failed, see $RIG_LOG/apt.log"
+  (cd "$dl" && apt-get "${opts[@]}" -qq download "$@") >>"$RIG_LOG/apt.log" 2>&1 ||
+    die "apt-get download $* (trixie) failed, see $RIG_LOG/apt.log"
+  for pkg in "$@"; do
+    dpkg -i "$dl/${pkg}"_*.deb >>"$RIG_LOG/apt.log" 2>&1 ||
+      die "dpkg -i $pkg failed, see $RIG_LOG/apt.log"
+  done
+}
+
+# Compose v2 is not in bookworm: trixie's docker-compose (2.26.x, depends on libc6 only).
+install_compose() {
+  local ver
+  ver="$(dpkg-query -W -f='${Version}' docker-compose 2>/dev/null || :)"
+  if [[ $ver == 2.* && -x $COMPOSE_PLUGIN ]]; then return 0; fi
+  log "installing the compose v2 plugin from Debian trixie"
+  install_from_trixie docker-compose
   [[ -x $COMPOSE_PLUGIN ]] || die "compose plugin not found at $COMPOSE_PLUGIN after install"
+}
+
+# The signer the signature tests sign builds with: trixie's cosign (2.5.x; not in bookworm).
+install_cosign() {
+  local ver
+  ver="$(dpkg-query -W -f='${Version}' cosign 2>/dev/null || :)"
+  if [[ $ver == 2.* ]] && command -v cosign >/dev/null; then return 0; fi
+  log "installing cosign from Debian trixie"
+  install_from_trixie cosign
+  cosign version >/dev/null 2>&1 || die "cosign does not run after install, see $RIG_LOG/apt.log"
 }
 
 check_compose() {
@@ -314,6 +332,7 @@ build_systemd_host() {
 # ---------------------------------------------------------------- main
 install_packages
 install_compose
+install_cosign
 check_compose
 start_dockerd
 start_registry
@@ -326,4 +345,4 @@ build_systemd_host
 
 engine="$(docker version --format '{{.Server.Version}}')"
 compose="$(docker compose version --short)"
-echo "rig ready: engine $engine, compose $compose, registry $RIG_REGISTRY_ADDR"
+echo "rig ready: engine $engine, compose $compose, cosign $(dpkg-query -W -f='${Version}' cosign), registry $RIG_REGISTRY_ADDR"
