@@ -12,6 +12,7 @@ import { startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
 import { ensureUiBuilt, launchChromium, newPage, pageClock, shoot, useToken, type PageClock } from '../helpers/e2e/ui.ts';
 import { finishJob } from '../../src/state/jobs.ts';
 import { INSTANCE_HEADER } from '../../src/contracts/instance.ts';
+import { NOT_VERIFIED } from '../../src/contracts/signatures.ts';
 
 const CURRENT = `sha256:${'a1'.repeat(32)}`;
 const REMOTE = `sha256:${'b2'.repeat(32)}`;
@@ -62,7 +63,10 @@ async function standIn(page: Page, opts: { realStart?: boolean } = {}): Promise<
     health: [],
     healthUp: true,
     instance: null,
-    check: { updateAvailable: true, currentDigest: CURRENT, remoteDigest: REMOTE, composeChanged: false, lastUpdate: { status: null, detail: null, at: null, targetDigest: null } },
+    check: {
+      updateAvailable: true, currentDigest: CURRENT, remoteDigest: REMOTE, composeChanged: false, lastUpdate: { status: null, detail: null, at: null, targetDigest: null },
+      signature: { policy: 'off', result: null, detail: NOT_VERIFIED, refused: false },
+    },
     checkUp: true,
     starts: 0,
     documents: 0,
@@ -146,11 +150,35 @@ describe('update pill', () => {
       expect(text).toContain('The installer restarts.');
       expect(text).toContain('The platform stack is not touched');
       expect(text).toContain('about one to three minutes without a connection');
+      expect(await dialog.getByTestId('update-dialog-signature').textContent()).toBe('Updates are not verified: no signing key is configured (SIGNATURE_PUBLIC_KEYS_FILE).');
       await shoot(page, 'update-dialog', { doc: true });
       await dialog.getByRole('button', { name: 'Cancel' }).click();
       expect(await dialog.count()).toBe(0);
     } finally {
       await context.close();
+    }
+  });
+
+  it("the dialog says what the new build's signature is: verified by a key, not verified under warn, refused under require", async () => {
+    const cases = [
+      [{ policy: 'require', result: 'verified', detail: 'the build sha256:b2b2b2b2b2b2… is signed by cosign.pub (0123456789abcdef)', keyId: 'cosign.pub (0123456789abcdef)', refused: false }, 'muted', 'The build sha256:b2b2b2b2b2b2… is signed by cosign.pub (0123456789abcdef).'],
+      [{ policy: 'warn', result: 'no-signature', detail: 'the build sha256:b2b2b2b2b2b2… has no signature', refused: false }, 'notice warn', 'This build is not verified: the build sha256:b2b2b2b2b2b2… has no signature. The update goes on (SIGNATURE_POLICY=warn).'],
+      [{ policy: 'require', result: 'unknown-key', detail: 'the build sha256:b2b2b2b2b2b2… is signed, but by no trusted key', refused: true }, 'notice bad', 'This build is not verified, and the installer refuses it: the build sha256:b2b2b2b2b2b2… is signed, but by no trusted key.'],
+    ] as const;
+    for (const [signature, cls, text] of cases) {
+      const { context, page } = await newPage(browser);
+      try {
+        await useToken(context, await t.token('viewer'));
+        const s = await standIn(page);
+        s.check = { ...s.check, signature };
+        await openApp(page, s);
+        await page.getByTestId('update-pill').click();
+        const line = page.getByTestId('update-dialog').getByTestId('update-dialog-signature');
+        expect(await line.textContent()).toBe(text);
+        expect(await line.getAttribute('class')).toBe(cls);
+      } finally {
+        await context.close();
+      }
     }
   });
 

@@ -177,6 +177,17 @@ export interface SelfUpdateCheck {
   /** The remote build is the one the last update tried and did not keep. */
   warning?: string;
   lastUpdate?: LastUpdate;
+  /** The remote build's signature (absent from a backend that predates it). */
+  signature?: SignatureCheck;
+}
+
+export interface SignatureCheck {
+  policy: 'off' | 'warn' | 'require';
+  result: string | null;
+  detail: string;
+  keyId?: string;
+  /** An update to the remote build would be aborted in preflight (require, not verified). */
+  refused: boolean;
 }
 
 export interface SelfUpdateStart {

@@ -1,6 +1,6 @@
 // The header pill `Manager update available`, its confirmation dialog and the restart overlay.
 import { useEffect, useLayoutEffect, useState } from 'preact/hooks';
-import { ApiError, request, type SelfUpdateCheck, type SelfUpdateStart, type StartedUpdate } from '../api.ts';
+import { ApiError, request, type SelfUpdateCheck, type SelfUpdateStart, type SignatureCheck, type StartedUpdate } from '../api.ts';
 import { duration, shortDigest, time } from '../format.ts';
 import { INSTANCE_HEADER } from '../../../contracts/instance.ts';
 import { healthProbe, RestartWatcher, type WatchState } from '../update.ts';
@@ -84,7 +84,32 @@ function UpdateDialog(props: { check: SelfUpdateCheck; onClose: () => void; onSt
         </p>
       )}
       {props.check.composeChanged && <p class="muted">The published compose file differs from this install's; the update installs the published one.</p>}
+      {props.check.signature && <SignatureLine signature={props.check.signature} />}
     </Dialog>
+  );
+}
+
+/** What the dialog says of the new build's signature (docs/adr/0053-signed-builds.md). */
+function SignatureLine({ signature: s }: { signature: SignatureCheck }) {
+  const sentence = s.detail.charAt(0).toUpperCase() + s.detail.slice(1);
+  if (s.refused) {
+    return (
+      <p class="notice bad" data-testid="update-dialog-signature">
+        <strong>This build is not verified, and the installer refuses it:</strong> {s.detail}.
+      </p>
+    );
+  }
+  if (s.policy !== 'off' && s.result !== null && s.result !== 'verified') {
+    return (
+      <p class="notice warn" data-testid="update-dialog-signature">
+        <strong>This build is not verified:</strong> {s.detail}. The update goes on (SIGNATURE_POLICY=warn).
+      </p>
+    );
+  }
+  return (
+    <p class="muted" data-testid="update-dialog-signature">
+      {sentence}.
+    </p>
   );
 }
 
