@@ -3,12 +3,14 @@
 // then verified BENCH_SIGNATURE_CALLS times (default 200, after 10 warm-up calls) by the
 // installer's verifier, one at a time: the signature manifest, its payload blob and the check of
 // the signature against two trusted keys (the signer's second, as after a rotation).
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Bench, Figure } from './run.ts';
-import { docker, ensureRig, must, REGISTRY, uniqueName } from '../test/helpers/e2e/rig.ts';
-import { parseTrustedKeys, verifyImageSignature } from '../src/adapters/signatures.ts';
+import { docker, ensureRig, REGISTRY, uniqueName } from '../test/helpers/e2e/rig.ts';
+import { makeKeyPair, pushBuild, signBuild } from '../test/helpers/e2e/signing.ts';
+import { verifyImageSignature } from '../src/adapters/signatures.ts';
+import { parseTrustedKeys } from '../src/signature-keys.ts';
 
 const CALLS = Number(process.env.BENCH_SIGNATURE_CALLS ?? 200);
 const WARMUP = 10;
@@ -21,14 +23,10 @@ const bench: Bench = async (log) => {
   await ensureRig();
   const dir = mkdtempSync(path.join(tmpdir(), 'bench-signatures-'));
   const repo = `${REGISTRY}/${uniqueName('bench-sig')}/installer`;
-  const env = { COSIGN_PASSWORD: 'bench' };
   try {
-    for (const name of ['other', 'signer']) await must('cosign', ['generate-key-pair', '--output-key-prefix', path.join(dir, name)], { env });
-    writeFileSync(path.join(dir, 'Dockerfile'), `FROM installer-rig/busybox:latest\nRUN echo ${repo} > /build\n`);
-    await docker(['build', '-q', '-t', `${repo}:1`, dir], { env: { DOCKER_BUILDKIT: '0' } });
-    const digest = /digest: (sha256:[0-9a-f]{64})/.exec(await docker(['push', `${repo}:1`]))?.[1];
-    if (!digest) throw new Error('the push printed no digest');
-    await must('cosign', ['sign', '--key', path.join(dir, 'signer.key'), '--tlog-upload=false', '--allow-http-registry', '--yes', `${repo}@${digest}`], { env });
+    for (const name of ['other', 'signer']) await makeKeyPair(dir, name);
+    const digest = await pushBuild(dir, repo, '1');
+    await signBuild(dir, repo, digest, 'signer');
     const keys = parseTrustedKeys(readFileSync(path.join(dir, 'other.pub'), 'utf8') + readFileSync(path.join(dir, 'signer.pub'), 'utf8'), 'keys.pem');
     log(`${CALLS} verifications of one signed build after ${WARMUP} warm-up calls, two trusted keys, the rig's registry`);
     const times: number[] = [];

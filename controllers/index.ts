@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import type { DB } from '../src/db/schema.ts';
 import { JOB_KINDS, QUEUED_KINDS, type JobKind } from '../src/contracts/job-kinds.ts';
 import type { RuntimePort } from '../src/contracts/ports.ts';
+import type { SignaturePort } from '../src/contracts/signatures.ts';
 import { claimNextJob, JOBS_CHANNEL, overdueJobs } from '../src/state/jobs.ts';
 import { SELF_UPDATE_CHANNEL } from '../src/state/self-update.ts';
 import { closeOrphanedRuns } from '../src/state/reconcile-runs.ts';
@@ -64,6 +65,8 @@ export interface ControllersDeps {
     helperGraceMs?: number;
     /** Replaces secrets in the update's transcript (its job events). */
     scrub?: (text: string) => string;
+    /** The target build's signature check (docs/adr/0053-signed-builds.md). */
+    signatures?: SignaturePort;
   };
   /** Webhook deliveries (docs/notifications.md); the endpoints' secrets are opened with `jobs.sealer`. */
   notifications: { timeoutMs: number; retry: RetryPolicy; scrub?: (text: string) => string };

@@ -27,6 +27,7 @@ import { enqueueNotification } from '../src/state/notifications.ts';
 import type { Listen } from './runtime/shared-listen.ts';
 import { done, requeueAfter, type Reconciler, type ReconcileResult } from './runtime/reconcile.ts';
 import { WorkQueue } from './runtime/work-queue.ts';
+import type { SignatureObservation, SignaturePort } from '../src/contracts/signatures.ts';
 
 export interface ObserverDeps {
   db: Kysely<DB>;
@@ -40,6 +41,8 @@ export interface ObserverDeps {
   engine: { facts(): Promise<Record<string, unknown>>; installerContainers(): Promise<ContainerView[]> };
   /** Registry and compose files of the self-update; without it the channel row says so. */
   selfUpdate?: SelfUpdatePort | undefined;
+  /** The channel's newest build's signature check (docs/adr/0053-signed-builds.md); absent: not checked. */
+  signatures?: SignaturePort | undefined;
   /** `<registry>/<image name>` of the installer. */
   repository: string;
   /** The channel of a running tag (INSTALLER_CHANNEL, else the tag's prefix). */
@@ -279,7 +282,15 @@ export class Observer implements Reconciler<ObservedKey> {
       if (local.status === 'rejected' || fetched.status === 'rejected') return null;
       return local.value !== fetched.value;
     })();
-    const [remoteDigest, composeChanged] = await Promise.all([remote, compose]);
+    // Read beside the compose files: the check's answer says whether an update would be refused.
+    const signature = remote.then(async (digest): Promise<SignatureObservation> => {
+      const checker = this.deps.signatures;
+      const policy = checker?.policy ?? 'off';
+      if (!checker || policy === 'off' || !digest || !channel) return { policy, verdict: null };
+      const check = await checker.check(`${this.deps.repository}:${channel}-latest`, digest);
+      return { policy, verdict: check.policy === 'off' ? null : check.verdict };
+    });
+    const [remoteDigest, composeChanged, signatureCheck] = await Promise.all([remote, compose, signature]);
     const availability = updateAvailableCondition({ channel, currentDigest, remoteDigest }, at);
     const updateAvailable = availability.status === 'True';
     const failure = registryFailure as { missing: boolean; message: string } | null;
@@ -300,7 +311,7 @@ export class Observer implements Reconciler<ObservedKey> {
       },
     ];
     await db.transaction().execute(async (tx) => {
-      await writeObserved(tx, 'channel', { data: { channel, currentDigest, remoteDigest, composeChanged, errors }, conditions, ...begun });
+      await writeObserved(tx, 'channel', { data: { channel, currentDigest, remoteDigest, composeChanged, errors, signature: signatureCheck }, conditions, ...begun });
       // Once per remote digest (the event id names it): every later observation of it queues nothing.
       if (updateAvailable) {
         await enqueueNotification(tx, { type: 'update.available', eventId: `update.available:${remoteDigest}`, data: { channel, currentDigest, remoteDigest, composeChanged } });

@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import type { DB } from '../src/db/schema.ts';
 import { POLICY_ACTOR } from '../src/auth/actor.ts';
 import { AppError } from '../src/errors.ts';
+import { refusedBySignature } from '../src/contracts/signatures.ts';
 import { conflictOf } from '../src/state/exclusion.ts';
 import { readObserved, requestRefresh } from '../src/state/observed.ts';
 import { lastUpdate, requestSelfUpdate } from '../src/state/self-update.ts';
@@ -38,6 +39,7 @@ const DETAIL: Record<PolicyDecision, string> = {
   manual: 'mode manual: updates are started by hand only',
   upToDate: 'the installer runs the newest build of its channel (or the channel is not known yet)',
   quarantined: 'the newest build is quarantined: its update rolled back or failed; only a manual update starts it',
+  unverified: 'the newest build is not verified, and SIGNATURE_POLICY=require refuses it: nothing is started or announced',
   notifying: 'mode notify: an update is available; nothing is started automatically',
   outsideWindow: 'an update is available; it starts in the next maintenance window',
   busy: 'an update is available; a deployment job or a self-update runs: waiting for it to end',
@@ -92,6 +94,7 @@ export class UpdatePolicyReconciler implements Reconciler<null> {
         currentDigest,
         remoteDigest,
         quarantined,
+        refused: refusedBySignature(channel?.data?.signature),
         jobRunning: conflict !== null,
         lastAttempt: attempt ? { digest: attempt.digest, at: attempt.at.toISOString() } : null,
       },

@@ -4,7 +4,7 @@
 // the one statement of the rules: `decide` runs it as a pure transition, with no actor started.
 import { assign, initialTransition, not, setup, transition, type SnapshotFrom } from 'xstate';
 
-export const UPDATE_POLICY_CHART_VERSION = '2';
+export const UPDATE_POLICY_CHART_VERSION = '3';
 
 export type PolicyMode = 'manual' | 'notify' | 'auto';
 
@@ -29,13 +29,15 @@ export interface PolicyFacts {
   remoteDigest: string | null;
   /** Digests whose update rolled back or failed and that nobody lifted. */
   quarantined: readonly string[];
+  /** The channel's newest build did not verify, and SIGNATURE_POLICY=require would refuse it (docs/adr/0053-signed-builds.md). */
+  refused: boolean;
   /** A deployment job queued or running, or a self-update in flight. */
   jobRunning: boolean;
   /** The policy's own last start, whatever became of it. */
   lastAttempt: { digest: string; at: string } | null;
 }
 
-export const DECISIONS = ['idle', 'manual', 'upToDate', 'quarantined', 'notifying', 'outsideWindow', 'busy', 'triedThisWindow', 'starting'] as const;
+export const DECISIONS = ['idle', 'manual', 'upToDate', 'quarantined', 'unverified', 'notifying', 'outsideWindow', 'busy', 'triedThisWindow', 'starting'] as const;
 export type PolicyDecision = (typeof DECISIONS)[number];
 
 const HOUR = 3_600_000;
@@ -96,6 +98,7 @@ export const updatePolicyMachine = setup({
       const f = factsOf(a);
       return f.remoteDigest !== null && f.quarantined.includes(f.remoteDigest);
     },
+    refused: (a) => factsOf(a).refused,
     inWindow: (a) => inWindowAt(new Date(factsOf(a).now), factsOf(a).window),
     jobRunning: (a) => factsOf(a).jobRunning,
     // One automatic start per digest per opening of the window: a start whose preflight did not pass
@@ -121,6 +124,8 @@ export const updatePolicyMachine = setup({
         { guard: not('newDigest'), target: 'upToDate' },
         // A build that did not stick is never started again, nor announced, until someone lifts it.
         { guard: 'quarantined', target: 'quarantined' },
+        // Nor a build whose signature does not verify under `require`: preflight would refuse it.
+        { guard: 'refused', target: 'unverified' },
         // `notify` only says an update is available; it never starts one.
         { guard: 'notify', target: 'notifying' },
         { guard: not('inWindow'), target: 'outsideWindow' },
@@ -135,6 +140,7 @@ export const updatePolicyMachine = setup({
     manual: { tags: 'withdraws' },
     upToDate: { tags: 'withdraws' },
     quarantined: { tags: 'withdraws' },
+    unverified: { tags: 'withdraws' },
     notifying: { tags: 'announces' },
     outsideWindow: { tags: 'announces' },
     busy: { tags: 'announces' },

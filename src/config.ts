@@ -4,6 +4,8 @@ import { z } from 'zod';
 import path from 'node:path';
 import { DEFAULT_HOST, DEFAULT_PORT } from './early-listeners.ts';
 import { parseFilePins, parseSha256, remoteSourceProblem, SOURCE_RULE } from './contracts/trusted-source.ts';
+import { SIGNATURE_POLICIES, type SignaturePolicy } from './contracts/signatures.ts';
+import { parseTrustedKeys } from './signature-keys.ts';
 
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'])
@@ -114,6 +116,10 @@ export const settingsSchema = z.object({
     .optional(),
   /** The sha256 the published compose file must have, wherever it comes from; unset: not pinned. */
   PUBLISHED_COMPOSE_SHA256: sha256Pin.optional(),
+  /** A PEM file of the public keys the installer's builds must be signed by (docs/adr/0053-signed-builds.md). */
+  SIGNATURE_PUBLIC_KEYS_FILE: absolutePath.optional(),
+  /** What an unverified build means; unset: `require` with a key file, `off` without. */
+  SIGNATURE_POLICY: z.enum(SIGNATURE_POLICIES, { error: 'must be off, warn or require' }).optional(),
   INSTALLER_CONTAINER_NAME: z.string().min(1).default('installer-backend'),
   SELF_UPDATE_PREFLIGHT_TIMEOUT_SECONDS: positiveInt.max(3600, 'must be at most 3600').default(300),
   SELF_UPDATE_WAIT_TIMEOUT_SECONDS: positiveInt.max(3600, 'must be at most 3600').optional(),
@@ -261,6 +267,16 @@ export function loadSettings(env: NodeJS.ProcessEnv, files: FileReader): Setting
   if (raw.INSTALLER_ROLE !== 'all' && raw.DATABASE_URL === undefined) {
     throw new ConfigError('INSTALLER_ROLE', 'must be all with the embedded database (no DATABASE_URL): the API and the controllers share it in one process');
   }
+  if (raw.SIGNATURE_POLICY !== undefined && raw.SIGNATURE_POLICY !== 'off' && raw.SIGNATURE_PUBLIC_KEYS_FILE === undefined) {
+    throw new ConfigError('SIGNATURE_POLICY', `cannot be ${raw.SIGNATURE_POLICY} without SIGNATURE_PUBLIC_KEYS_FILE: there is no key to verify builds with`);
+  }
+  if (raw.SIGNATURE_PUBLIC_KEYS_FILE !== undefined) {
+    try {
+      parseTrustedKeys(files.readFile(raw.SIGNATURE_PUBLIC_KEYS_FILE), raw.SIGNATURE_PUBLIC_KEYS_FILE);
+    } catch (err) {
+      throw new ConfigError('SIGNATURE_PUBLIC_KEYS_FILE', (err as NodeJS.ErrnoException).code ? `cannot be read (${(err as NodeJS.ErrnoException).code})` : (err as Error).message);
+    }
+  }
   const secrets: Partial<Record<SecretName, string>> = {};
   for (const name of SECRET_SETTINGS) if (raw[name] !== undefined) secrets[name] = raw[name];
   const { JWT_SECRET: _a, ENCRYPTION_KEY: _b, SERVICE_TOKEN: _c, DATABASE_PASSWORD: _d, ...rest } = raw;
@@ -273,6 +289,11 @@ export function loadSettings(env: NodeJS.ProcessEnv, files: FileReader): Setting
     secrets,
     secretFiles,
   };
+}
+
+/** SIGNATURE_POLICY, else `require` when a key file is given and `off` when none is. */
+export function signaturePolicy(settings: Pick<Settings, 'SIGNATURE_POLICY' | 'SIGNATURE_PUBLIC_KEYS_FILE'>): SignaturePolicy {
+  return settings.SIGNATURE_POLICY ?? (settings.SIGNATURE_PUBLIC_KEYS_FILE ? 'require' : 'off');
 }
 
 /** The update channel: INSTALLER_CHANNEL, else the running tag's part before the first `-`. */

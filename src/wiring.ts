@@ -16,7 +16,8 @@ import { engineFacts } from './adapters/diagnostics.ts';
 import { Controllers } from '../controllers/index.ts';
 import { retentionQueue } from '../controllers/retention.ts';
 import type { Observer } from '../controllers/observer.ts';
-import { resolveChannel } from './config.ts';
+import { resolveChannel, signaturePolicy } from './config.ts';
+import { ImageSignatures } from './adapters/signatures.ts';
 import { DockerSelfUpdateEngine, type SelfUpdateEngine } from './adapters/self-update.ts';
 import { EmbeddedBackup, PostgresContainerBackup, type DatabaseBackup } from './adapters/database-backup.ts';
 import { machineCharts } from './state/machine-instances.ts';
@@ -200,6 +201,8 @@ function reconcilers(
   { reconcileDb, events, secrets, engine }: { reconcileDb: Kysely<DB>; events: JobEventLog; secrets: SecretsInUse; engine: EngineAdapters },
 ): Controllers {
   const { docker, runtime, platform, selfUpdateEngine, selfUpdateSettings } = engine;
+  // The same check in preflight and in the update check (docs/adr/0053-signed-builds.md).
+  const signatures = new ImageSignatures(signaturePolicy(settings), settings.SIGNATURE_PUBLIC_KEYS_FILE);
   const { scrub, sealer, serviceTokens } = secrets;
   return new Controllers({
     db: reconcileDb,
@@ -219,7 +222,7 @@ function reconcilers(
       hostRunner: engine.hostRunner,
       migrateHostScriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
     },
-    selfUpdate: { engine: selfUpdateEngine, runtime, settings: selfUpdateSettings, channel: settings.INSTALLER_CHANNEL, scrub },
+    selfUpdate: { engine: selfUpdateEngine, runtime, settings: selfUpdateSettings, channel: settings.INSTALLER_CHANNEL, scrub, signatures },
     notifications: {
       timeoutMs: settings.WEBHOOK_TIMEOUT_MS,
       retry: { baseMs: settings.WEBHOOK_RETRY_BASE_MS, maxMs: settings.WEBHOOK_RETRY_MAX_MS, giveUpMs: settings.WEBHOOK_GIVE_UP_MINUTES * 60_000 },
@@ -232,6 +235,7 @@ function reconcilers(
       installerProject: settings.INSTALLER_PROJECT,
       engine: { facts: () => engineFacts(docker), installerContainers: () => projectContainers(docker, settings.INSTALLER_PROJECT) },
       selfUpdate: selfUpdateEngine,
+      signatures,
       repository: selfUpdateSettings.repository,
       channelOf: (tag) => resolveChannel(settings, tag),
       slowMs: settings.OBSERVED_CHANNEL_MAX_AGE_SECONDS * 1000,

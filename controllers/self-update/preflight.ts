@@ -8,6 +8,7 @@ import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { DB } from '../../src/db/schema.ts';
 import type { RuntimePort } from '../../src/contracts/ports.ts';
+import { NOT_VERIFIED, type SignaturePort } from '../../src/contracts/signatures.ts';
 import { resolveChannel } from '../../src/config.ts';
 import { currentMigration } from '../../src/db/migrate.ts';
 import { recordFinished, recordStarted } from '../../src/state/actions.ts';
@@ -41,6 +42,8 @@ export interface SelfUpdateDeps {
   scrub?: (text: string) => string;
   /** The chart's hung guard, in minutes (default 15); a step's deadline is one minute past it. */
   hungMinutes?: number;
+  /** The target build's signature check (docs/adr/0053-signed-builds.md); absent: not checked. */
+  signatures?: SignaturePort;
 }
 
 /** A transcript line: an `output` event as compose jobs write them. */
@@ -78,6 +81,7 @@ export function preflightActors(d: SelfUpdateDeps, { req, log, say, noteChange }
     checkPreconditions: fromPromise<void, { running: RunningImage | null; target: UpdateTarget | null }>(async ({ input }) => {
       const r = input.running;
       await checkDecided(d, req, input.target);
+      if (input.target) await checkSignature(d, input.target, say, log);
       if (!r?.inContainer || !r.imageId) throw new Error('the installer does not run in a container: there is no image to pin and no compose project to switch');
       const own = await engine.ownCompose();
       if (!own || own.project !== settings.project) {
@@ -216,6 +220,24 @@ export async function undoPreflight(d: SelfUpdateDeps, input: UndoInput): Promis
  * A start the update policy decided installs the digest it decided on, never a build the tag was
  * moved to since, and never a quarantined one (docs/adr/0044-restore-and-decided-digest.md).
  */
+/**
+ * The target build's signature, before anything changes (docs/adr/0053-signed-builds.md): under
+ * `require` an unverified build aborts preflight naming the cause; under `warn` it goes on, with the
+ * verdict in the transcript and the log; with no key the transcript says updates are not verified.
+ */
+async function checkSignature(d: SelfUpdateDeps, target: UpdateTarget, say: PreflightRun['say'], log: Logger): Promise<void> {
+  const check = (await d.signatures?.check(`${d.settings.repository}:${target.tag}`, target.digest)) ?? { policy: 'off' as const };
+  if (check.policy === 'off') {
+    await say(outputLine(`signature: not checked: ${NOT_VERIFIED}`));
+    return;
+  }
+  const v = check.verdict;
+  await say(outputLine(`signature: ${v.result}: ${v.detail}`, v.result === 'verified' ? 'stdout' : 'stderr'));
+  if (v.result === 'verified') return;
+  if (check.policy === 'require') throw new Error(`the target build is not verified (${v.result}): ${v.detail}; SIGNATURE_POLICY=require refuses it`);
+  log.warn({ result: v.result, digest: target.digest }, `the target build is not verified, and SIGNATURE_POLICY=warn lets the update go on: ${v.detail}`);
+}
+
 async function checkDecided(d: SelfUpdateDeps, req: SelfUpdateView, target: UpdateTarget | null): Promise<void> {
   const repository = d.settings.repository;
   if (!target || (!req.decidedDigest && !startedByPolicy(req))) return;

@@ -9,24 +9,11 @@
 // http to a loopback registry as the engine itself allows. Anonymous, with the registry's bearer
 // token flow when it asks for one. Every answer is bounded in time and size, and every blob is
 // checked against the digest its manifest names.
-import { createHash, createPublicKey, verify, type KeyObject } from 'node:crypto';
-
-/** How a verification ended; `verified` names the key that verified it. */
-export type SignatureResult = 'verified' | 'no-signature' | 'unknown-key' | 'other-digest' | 'changed-payload' | 'unreachable';
-
-export interface SignatureVerdict {
-  result: SignatureResult;
-  /** One sentence an operator reads: what was found, for which digest, and why it is (not) trusted. */
-  detail: string;
-  /** The key that verified it (`verified` only). */
-  keyId?: string;
-}
-
-/** A public key the operator trusts, with the id it is named by (its file name, or its fingerprint). */
-export interface TrustedKey {
-  id: string;
-  key: KeyObject;
-}
+import { createHash, verify } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import type { SignatureCheck, SignaturePolicy, SignaturePort, SignatureResult, SignatureVerdict } from '../contracts/signatures.ts';
+import { parseTrustedKeys, type TrustedKey } from '../signature-keys.ts';
 
 export const SIGNATURE_ANNOTATION = 'dev.cosignproject.cosign/signature';
 export const SIMPLE_SIGNING_TYPE = 'application/vnd.dev.cosign.simplesigning.v1+json';
@@ -38,30 +25,6 @@ const MAX_PAYLOAD_BYTES = 64 * 1024;
 /** Signatures read per image: more layers than this are not looked at. */
 const MAX_SIGNATURES = 32;
 export const SIGNATURE_TIMEOUT_MS = 10_000;
-
-/** The first 16 hex digits of the sha256 of the key's SubjectPublicKeyInfo: how an unnamed key is named. */
-export function keyFingerprint(key: KeyObject): string {
-  return createHash('sha256').update(key.export({ type: 'spki', format: 'der' })).digest('hex').slice(0, 16);
-}
-
-/**
- * The public keys in a PEM text (one file may hold several, for a rotation). Refuses a text with
- * no key, a private key, or a block that does not parse, naming `source`.
- */
-export function parseTrustedKeys(pem: string, source: string): TrustedKey[] {
-  if (/-----BEGIN [A-Z ]*PRIVATE KEY-----/.test(pem)) throw new Error(`${source} holds a private key: give the public key (cosign.pub) only`);
-  const blocks = pem.match(/-----BEGIN PUBLIC KEY-----[\s\S]+?-----END PUBLIC KEY-----/g) ?? [];
-  if (!blocks.length) throw new Error(`${source} holds no PEM public key (-----BEGIN PUBLIC KEY-----)`);
-  return blocks.map((block, i) => {
-    let key: KeyObject;
-    try {
-      key = createPublicKey(block);
-    } catch (err) {
-      throw new Error(`${source}: public key ${i + 1} does not parse: ${(err as Error).message}`);
-    }
-    return { id: `${source}${blocks.length > 1 ? `#${i + 1}` : ''} (${keyFingerprint(key)})`, key };
-  });
-}
 
 /** An image's registry host and repository, from a reference such as `registry.example.com/installer:stable-latest`. */
 export function registryRepository(reference: string): { registry: string; repository: string } {
@@ -250,4 +213,27 @@ async function checkLayer(reader: RegistryReader, layer: Layer, digest: string, 
     return { result: 'other-digest', detail: `the signature found for ${short} was made by ${key.id} for another build (${named ?? 'none named'})` };
   }
   return { result: 'verified', keyId: key.id, detail: `the build ${short} is signed by ${key.id}` };
+}
+
+/**
+ * The installer's check of a build: its policy, and the trusted keys read from their file at each
+ * check, so that a replaced file (a rotation) applies to the next update without a restart.
+ */
+export class ImageSignatures implements SignaturePort {
+  constructor(
+    readonly policy: SignaturePolicy,
+    private readonly keysFile: string | undefined,
+    private readonly opts: { timeoutMs?: number; readFile?: (file: string) => string } = {},
+  ) {}
+
+  async check(reference: string, digest: string): Promise<SignatureCheck> {
+    if (this.policy === 'off' || !this.keysFile) return { policy: 'off' };
+    let keys: TrustedKey[];
+    try {
+      keys = parseTrustedKeys((this.opts.readFile ?? ((f) => readFileSync(f, 'utf8')))(this.keysFile), path.basename(this.keysFile));
+    } catch (err) {
+      return { policy: this.policy, verdict: { result: 'unknown-key', detail: `no trusted key can be read: SIGNATURE_PUBLIC_KEYS_FILE: ${(err as Error).message}` } };
+    }
+    return { policy: this.policy, verdict: await verifyImageSignature(reference, digest, keys, this.opts.timeoutMs === undefined ? {} : { timeoutMs: this.opts.timeoutMs }) };
+  }
 }

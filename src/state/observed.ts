@@ -9,6 +9,7 @@ import type { Database } from '../db/database.ts';
 import { LazyListen } from './lazy-listen.ts';
 import type { ContainerView, VersionInfo } from '../contracts/ports.ts';
 import type { Condition } from '../contracts/conditions.ts';
+import type { SignatureObservation } from '../contracts/signatures.ts';
 
 export const OBSERVED_CHANNEL = 'observed_refresh';
 /** NOTIFY after the observer wrote a row, the key as payload: for readers that act on a change. */
@@ -43,7 +44,15 @@ export interface ObservedData {
   /** The installer's own image and container. */
   installer: VersionInfo;
   /** The channel's newest build and whether the published compose file differs from the local one. */
-  channel: { channel: string | null; currentDigest: string | null; remoteDigest: string | null; composeChanged: boolean | null; errors: string[] };
+  channel: {
+    channel: string | null;
+    currentDigest: string | null;
+    remoteDigest: string | null;
+    composeChanged: boolean | null;
+    errors: string[];
+    /** The remote build's signature as checked (docs/adr/0053-signed-builds.md); absent in rows of older builds. */
+    signature?: SignatureObservation;
+  };
   /** The engine's reachability and facts (diagnostics), and the installer project's containers. */
   engine: { reachable: boolean; facts: Record<string, unknown> | null; error?: string; installerContainers: ContainerView[]; installerContainersError?: string };
   /** The registry's reachability (as the channel's digest lookup found it). */

@@ -14,6 +14,7 @@ import { getSelfUpdate, listSelfUpdates, pendingReconciliation as pendingReconci
 import { Sealer } from '../../src/state/platform-config.ts';
 import { listQuarantine } from '../../src/state/update-policy.ts';
 import { INSTANCE_HEADER } from '../../src/contracts/instance.ts';
+import { NOT_VERIFIED } from '../../src/contracts/signatures.ts';
 import { sha256Of } from '../../src/adapters/compose-source.ts';
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
@@ -41,6 +42,8 @@ describe('GET /api/system/self-update-check', () => {
       remoteDigest: 'sha256:new',
       composeChanged: true,
       lastUpdate: { status: null, detail: null, at: null, targetDigest: null, jobId: null },
+      // No key configured: the check says plainly that updates are not verified.
+      signature: { policy: 'off', result: null, detail: NOT_VERIFIED, refused: false },
       observedAt: expect.any(String),
       ageMs: expect.any(Number),
     });

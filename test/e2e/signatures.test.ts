@@ -8,8 +8,10 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createServer, type Server } from 'node:net';
-import { docker, freePort, must, REGISTRY, uniqueName } from '../helpers/e2e/rig.ts';
-import { parseTrustedKeys, verifyImageSignature, type TrustedKey } from '../../src/adapters/signatures.ts';
+import { docker, freePort, REGISTRY, uniqueName } from '../helpers/e2e/rig.ts';
+import { makeKeyPair, pushBuild, signBuild } from '../helpers/e2e/signing.ts';
+import { verifyImageSignature } from '../../src/adapters/signatures.ts';
+import { parseTrustedKeys, type TrustedKey } from '../../src/signature-keys.ts';
 
 /** The registry's storage on the rig (scripts/rig/common.sh RIG_STATE). */
 const REGISTRY_BLOBS = '/var/lib/installer-rig/registry/docker/registry/v2/blobs/sha256';
@@ -18,29 +20,15 @@ const dir = mkdtempSync(path.join(tmpdir(), 'signatures-'));
 const keys: Record<'old' | 'new' | 'stranger', { file: string; trusted: TrustedKey[] }> = {} as never;
 const builds: Record<string, string> = {};
 
-const cosign = (args: string[]) => must('cosign', args, { env: { COSIGN_PASSWORD: 'test-password' }, timeoutMs: 60_000 });
-
-/** A new build (a one-layer image with its own content) pushed as `repo:<tag>`: its manifest digest. */
-async function push(tag: string): Promise<string> {
-  const ctx = mkdtempSync(path.join(dir, 'ctx-'));
-  writeFileSync(path.join(ctx, 'Dockerfile'), `FROM installer-rig/busybox:latest\nRUN echo ${tag}-${Math.random()} > /build\n`);
-  await docker(['build', '-q', '-t', `${repo}:${tag}`, ctx], { env: { DOCKER_BUILDKIT: '0' }, timeoutMs: 120_000 });
-  const out = await docker(['push', `${repo}:${tag}`], { timeoutMs: 120_000 });
-  const digest = /digest: (sha256:[0-9a-f]{64})/.exec(out)?.[1];
-  if (!digest) throw new Error(`no digest in the push output: ${out}`);
-  return digest;
-}
-
-const sign = (digest: string, key: keyof typeof keys) =>
-  cosign(['sign', '--key', path.join(dir, `${key}.key`), '--tlog-upload=false', '--allow-http-registry', '--yes', `${repo}@${digest}`]);
+const push = (tag: string) => pushBuild(dir, repo, tag);
+const sign = (digest: string, key: keyof typeof keys) => signBuild(dir, repo, digest, key);
 
 const registryUrl = (p: string) => `http://${REGISTRY}/v2/${repo.slice(REGISTRY.length + 1)}/${p}`;
 const sigTag = (digest: string) => `${digest.replace(':', '-')}.sig`;
 
 beforeAll(async () => {
   for (const name of ['old', 'new', 'stranger'] as const) {
-    await cosign(['generate-key-pair', '--output-key-prefix', path.join(dir, name)]);
-    const file = path.join(dir, `${name}.pub`);
+    const file = await makeKeyPair(dir, name);
     keys[name] = { file, trusted: parseTrustedKeys(readFileSync(file, 'utf8'), `${name}.pub`) };
   }
   for (const tag of ['good', 'unsigned', 'stranger', 'source', 'target', 'tampered', 'rotated']) builds[tag] = await push(tag);

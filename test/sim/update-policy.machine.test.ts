@@ -23,7 +23,7 @@ const at = (day: number, hour: number, minute = 0) => new Date(WEEK_START + (day
 const WINDOW: PolicyWindow = { days: [MON, WED, FRI], startHour: 2, endHour: 4 };
 const base: PolicyFacts = {
   now: at(MON, 2, 30).toISOString(), mode: 'auto', window: WINDOW, currentDigest: 'sha256:v1', remoteDigest: 'sha256:v2',
-  quarantined: [], jobRunning: false, lastAttempt: null,
+  quarantined: [], refused: false, jobRunning: false, lastAttempt: null,
 };
 const evaluate = (patch: Partial<PolicyFacts>): PolicyEvent => ({ type: 'EVALUATE', facts: { ...base, ...patch } });
 
@@ -34,6 +34,8 @@ const EVENTS: PolicyEvent[] = [
   evaluate({ remoteDigest: 'sha256:v1' }),
   evaluate({ remoteDigest: null }),
   evaluate({ quarantined: ['sha256:v2'] }),
+  evaluate({ refused: true }),
+  evaluate({ refused: true, mode: 'notify' }),
   evaluate({ now: at(MON, 4).toISOString() }),
   evaluate({ now: at(1 + MON, 2, 30).toISOString() }),
   evaluate({ jobRunning: true }),
@@ -48,6 +50,7 @@ function model(f: PolicyFacts): PolicyDecision {
   if (f.mode === 'manual') return 'manual';
   if (!f.remoteDigest || !f.currentDigest || f.remoteDigest === f.currentDigest) return 'upToDate';
   if (f.quarantined.includes(f.remoteDigest)) return 'quarantined';
+  if (f.refused) return 'unverified';
   if (f.mode === 'notify') return 'notifying';
   const opened = windowOpenedAt(new Date(f.now), f.window);
   if (!opened) return 'outsideWindow';
@@ -82,7 +85,7 @@ describe('update policy chart', () => {
       ends.add(String(actor.getSnapshot().value));
       actor.stop();
     }
-    expect([...ends].sort()).toEqual(['busy', 'idle', 'manual', 'notifying', 'outsideWindow', 'quarantined', 'starting', 'triedThisWindow', 'upToDate']);
+    expect([...ends].sort()).toEqual(['busy', 'idle', 'manual', 'notifying', 'outsideWindow', 'quarantined', 'starting', 'triedThisWindow', 'unverified', 'upToDate']);
     // From every decision, every evaluation lands where the facts alone say.
     for (const from of EVENTS) {
       for (const e of EVENTS) {
@@ -101,7 +104,7 @@ describe('update policy chart', () => {
 
   it('tags each decision with what it does to the announcement of the newest build', () => {
     expect(Object.fromEntries(DECISIONS.map((d) => [d, announcementOf(d)]))).toEqual({
-      idle: null, manual: 'withdraw', upToDate: 'withdraw', quarantined: 'withdraw',
+      idle: null, manual: 'withdraw', upToDate: 'withdraw', quarantined: 'withdraw', unverified: 'withdraw',
       notifying: 'announce', outsideWindow: 'announce', busy: 'announce', triedThisWindow: 'announce', starting: 'announce',
     });
   });
@@ -170,7 +173,7 @@ function simulateWeek(mode: PolicyMode, opts: { preflightFails?: boolean } = {})
   while (clock.now() < end) {
     const facts: PolicyFacts = {
       now: new Date(clock.now()).toISOString(), mode, window: WINDOW, currentDigest: world.current, remoteDigest: world.remote,
-      quarantined: [...world.quarantined], jobRunning: world.jobRunning || world.updateInFlight, lastAttempt: world.lastAttempt,
+      quarantined: [...world.quarantined], refused: false, jobRunning: world.jobRunning || world.updateInFlight, lastAttempt: world.lastAttempt,
     };
     actor.send({ type: 'EVALUATE', facts });
     const decision = actor.getSnapshot().value as PolicyDecision;

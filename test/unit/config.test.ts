@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadSettings, resolveChannel } from '../../src/config.ts';
+import { generateKeyPairSync } from 'node:crypto';
+import { ConfigError, loadSettings, resolveChannel, signaturePolicy } from '../../src/config.ts';
 
 const files = (map: Record<string, string>) => ({
   readFile(p: string) {
@@ -100,5 +101,22 @@ describe('settings', () => {
     expect(resolveChannel({}, 'prod-20261122.1')).toBe('prod');
     expect(resolveChannel({}, 'dev-latest')).toBe('dev');
     expect(resolveChannel({}, null)).toBeNull();
+  });
+
+  it('signature settings: require with a key file, off without; the key file checked at boot', () => {
+    const pair = () => generateKeyPairSync('ec', { namedCurve: 'P-256' });
+    const pem = (k: { export(o: { type: 'spki' | 'pkcs8'; format: 'pem' }): string | Buffer }, type: 'spki' | 'pkcs8') => String(k.export({ type, format: 'pem' }));
+    const pub = pem(pair().publicKey, 'spki');
+    const keys = files({ '/k/cosign.pub': pub, '/k/two.pub': pub + pem(pair().publicKey, 'spki'), '/k/cosign.key': pem(pair().privateKey, 'pkcs8'), '/k/empty.pub': '\n' });
+    expect(signaturePolicy(loadSettings({}, keys))).toBe('off');
+    expect(signaturePolicy(loadSettings({ SIGNATURE_PUBLIC_KEYS_FILE: '/k/cosign.pub' }, keys))).toBe('require');
+    expect(signaturePolicy(loadSettings({ SIGNATURE_PUBLIC_KEYS_FILE: '/k/two.pub', SIGNATURE_POLICY: 'warn' }, keys))).toBe('warn');
+    expect(signaturePolicy(loadSettings({ SIGNATURE_PUBLIC_KEYS_FILE: '/k/cosign.pub', SIGNATURE_POLICY: 'off' }, keys))).toBe('off');
+    expect(fail({ SIGNATURE_POLICY: 'require' }, keys).message).toBe('SIGNATURE_POLICY: cannot be require without SIGNATURE_PUBLIC_KEYS_FILE: there is no key to verify builds with');
+    expect(fail({ SIGNATURE_POLICY: 'always' }, keys).message).toBe('SIGNATURE_POLICY: must be off, warn or require');
+    expect(fail({ SIGNATURE_PUBLIC_KEYS_FILE: 'cosign.pub' }, keys).message).toBe('SIGNATURE_PUBLIC_KEYS_FILE: must be an absolute path');
+    expect(fail({ SIGNATURE_PUBLIC_KEYS_FILE: '/k/missing.pub' }, keys).message).toBe('SIGNATURE_PUBLIC_KEYS_FILE: cannot be read (ENOENT)');
+    expect(fail({ SIGNATURE_PUBLIC_KEYS_FILE: '/k/cosign.key' }, keys).message).toContain('holds a private key: give the public key (cosign.pub) only');
+    expect(fail({ SIGNATURE_PUBLIC_KEYS_FILE: '/k/empty.pub' }, keys).message).toContain('holds no PEM public key');
   });
 });

@@ -1,6 +1,6 @@
 // Builds the real app on a real Postgres database with known secrets, for app.inject tests.
 import { Writable } from 'node:stream';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
@@ -89,7 +89,7 @@ export async function startTestApp(opts: TestAppOptions = {}): Promise<TestApp> 
   const dataDir = mkdtempSync(path.join(tmpdir(), 'installer-test-'));
   const settings = loadSettings(
     { NODE_ENV: 'test', DATA_DIR: dataDir, DATABASE_URL: db.url, LOG_LEVEL: 'info', ...TEST_SECRETS, ...opts.env },
-    { readFile: () => '' },
+    { readFile: (file) => readFileSync(file, 'utf8') },
   );
   const logs: string[] = [];
   const destination = new Writable({

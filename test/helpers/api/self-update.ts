@@ -33,6 +33,8 @@ export interface SelfUpdateCheck {
   error?: string;
   warning?: string;
   lastUpdate: { status: string | null; detail: string | null; at: string | null; targetDigest: string | null; jobId?: string | null };
+  /** The remote build's signature (docs/adr/0053-signed-builds.md). */
+  signature: { policy: 'off' | 'warn' | 'require'; result: string | null; detail: string; keyId?: string; refused: boolean };
   /** When the observation of the channel the answer comes from began. */
   observedAt: string | null;
   ageMs: number | null;
