@@ -5,8 +5,6 @@
 // download not cut by the request timeout; connections past the cap refused while the open ones
 // are served. Small settings keep it fast.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import http from 'node:http';
-import https from 'node:https';
 import net from 'node:net';
 import tls from 'node:tls';
 import { mkdtempSync } from 'node:fs';
@@ -17,6 +15,7 @@ import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts'
 import { eventually } from '../helpers/shared/eventually.ts';
 import { parseSse } from '../helpers/shared/sse.ts';
 import { runEntry } from '../helpers/shared/process.ts';
+import { connect, open, type Opened } from '../helpers/api/raw-sockets.ts';
 import { startListeners, type Listeners } from '../../src/listeners.ts';
 import { generatedCertificate, type TlsMaterial } from '../../src/adapters/tls.ts';
 import { createJob } from '../../src/state/jobs.ts';
@@ -82,62 +81,6 @@ class SlowLogs implements ContainerLogsPort {
       })(),
     );
   }
-}
-
-interface Opened {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  /** Everything received so far. */
-  received(): string;
-  /** Resolves with the whole body once the server ends the response. */
-  ended: Promise<string>;
-  close(): void;
-}
-
-/** A GET kept open: resolves once the answer's head has come, then collects its body. */
-function open(url: string, headers: Record<string, string>, ca?: string): Promise<Opened> {
-  return new Promise((resolve, reject) => {
-    const mod = url.startsWith('https:') ? https : http;
-    const req = mod.request(url, { headers: { accept: 'text/event-stream', ...headers }, agent: false, ...(ca ? { ca, checkServerIdentity: () => undefined } : {}) }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (body += c));
-      const ended = new Promise<string>((done, fail) => {
-        res.on('end', () => done(body));
-        res.on('error', fail);
-      });
-      ended.catch(() => {});
-      resolve({ status: res.statusCode ?? 0, headers: res.headers, received: () => body, ended, close: () => req.destroy() });
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
-
-/** Writes `head` on a raw socket; resolves when the server closes it, with what it sent and when. */
-function rawExchange(socket: net.Socket, onReady: (s: net.Socket) => void): Promise<{ data: string; closedAt: number }> {
-  return new Promise((resolve) => {
-    let data = '';
-    socket.setEncoding('utf8');
-    socket.on('data', (c: string) => (data += c));
-    socket.on('error', () => {});
-    // Held past any timeout under test: the server never closed it.
-    const guard = setTimeout(() => socket.destroy(), 10_000);
-    socket.once('close', () => {
-      clearTimeout(guard);
-      resolve({ data, closedAt: Date.now() });
-    });
-    onReady(socket);
-  });
-}
-
-function connect(scheme: 'http' | 'https', port: number, ca: string, ready: (s: net.Socket) => void): Promise<{ data: string; closedAt: number }> {
-  if (scheme === 'http') {
-    const s = net.connect({ host: HOST, port });
-    return rawExchange(s, (sock) => sock.once('connect', () => ready(sock)));
-  }
-  const s = tls.connect({ host: HOST, port, ca, checkServerIdentity: () => undefined });
-  return rawExchange(s, (sock) => sock.once('secureConnect', () => ready(sock)));
 }
 
 const portOf = (address: string) => Number(new URL(address).port);

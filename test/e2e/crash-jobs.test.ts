@@ -7,8 +7,7 @@
 // job must be in the right final state with a clear detail, its events contiguous from 1 and
 // ending with exactly one `finished`, no audit row `started`, and no compose process left.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type Server, type ServerResponse } from 'node:http';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
@@ -16,6 +15,7 @@ import { runEntry, ROOT, type Running } from '../helpers/shared/process.ts';
 import { docker, REGISTRY, run, startPlatform, uniqueName, type PlatformProject } from '../helpers/e2e/rig.ts';
 import { parseSse } from '../helpers/shared/sse.ts';
 import { EngineGate, type Hold } from '../helpers/e2e/engine-gate.ts';
+import { HeldTemplateServer } from '../helpers/e2e/template-server.ts';
 import { CrashTally, holdDatabase, requireCrashPoints, waitForChartState, type DbHold } from '../helpers/e2e/crash.ts';
 import { createUser } from '../../src/state/users.ts';
 import { jobMachine } from '../../machines/job.machine.ts';
@@ -31,9 +31,7 @@ const covered = new Set<string>();
 let gate: EngineGate;
 let db: TestDatabase;
 let platform: PlatformProject;
-let templates: string;
-let templateServer: Server;
-const templateHold: { waiting: ServerResponse[]; failWith: number | null; armed: boolean } = { waiting: [], failWith: null, armed: false };
+const templates = new HeldTemplateServer();
 let dataDir: string;
 let image: string | undefined;
 let proc: Running | undefined;
@@ -51,7 +49,7 @@ const env = () => ({
   HOST: '127.0.0.1',
   PLATFORM_DIR: platform.dir,
   PLATFORM_PROJECT: platform.project,
-  PLATFORM_TEMPLATES_URL: `http://127.0.0.1:${(templateServer.address() as { port: number }).port}/`,
+  PLATFORM_TEMPLATES_URL: templates.url,
   // The backend's engine client and the compose CLI it spawns (told by the setting) both go through the gate.
   DOCKER_SOCKET: gate.socketPath,
   LOG_LEVEL: 'info',
@@ -84,35 +82,13 @@ async function crashAndRestart(): Promise<void> {
 async function releaseHolds(): Promise<void> {
   for (const hd of dbHolds.splice(0)) await hd.release();
   for (const g of gateHolds.splice(0)) g.release();
-  templateHold.armed = false;
-  for (const r of templateHold.waiting.splice(0)) r.destroy();
+  templates.drop();
 }
 
-/** Serves the template downloads that were held. */
-function releaseTemplates(): void {
-  templateHold.armed = false;
-  for (const r of templateHold.waiting.splice(0)) {
-    const url = (r.req.url ?? '');
-    if (templateHold.failWith) {
-      r.statusCode = templateHold.failWith;
-      r.end();
-    } else {
-      r.end(readFileSync(path.join(templates, path.basename(url))));
-    }
-  }
-}
-
-const holdGate = (method: string, p: RegExp, userAgent?: RegExp) => {
-  const hold = gate.hold({ method, path: p, ...(userAgent ? { userAgent } : {}) });
-  gateHolds.push(hold);
-  return hold;
-};
-
-const holdDb = async (statements: string[], values: unknown[][] = []) => {
-  const hd = await holdDatabase(db.url, statements, values);
-  dbHolds.push(hd);
-  return hd;
-};
+/** Keeps `hold` in `list`, so that a crash releases it; returns it. */
+const kept = <T>(list: T[], hold: T): T => (list.push(hold), hold);
+const holdGate = (method: string, p: RegExp, userAgent?: RegExp) => kept(gateHolds, gate.hold({ method, path: p, ...(userAgent ? { userAgent } : {}) }));
+const holdDb = async (statements: string[], values: unknown[][] = []) => kept(dbHolds, await holdDatabase(db.url, statements, values));
 
 const jobEvents = (jobId: string) => storedJobEvents(db.database.db, jobId);
 
@@ -180,28 +156,8 @@ beforeAll(async () => {
   await docker(['tag', 'installer-rig/busybox:latest', image]);
   await docker(['push', '-q', image]);
   platform = await startPlatform({ env: { PLATFORM_IMAGE: image } });
-  templates = mkdtempSync(path.join(tmpdir(), 'crash-templates-'));
-  cpSync(path.join(ROOT, 'deploy/rig/demo-platform/docker-compose.yml'), path.join(templates, 'docker-compose.yml'));
   // The same .env the platform runs with, so a deploy changes nothing but what the test makes it.
-  writeFileSync(path.join(templates, '.env.template'), readFileSync(path.join(platform.dir, '.env'), 'utf8'));
-  templateServer = createServer((req, res) => {
-    if (templateHold.armed) {
-      templateHold.waiting.push(res);
-      return;
-    }
-    if (templateHold.failWith) {
-      res.statusCode = templateHold.failWith;
-      res.end();
-      return;
-    }
-    try {
-      res.end(readFileSync(path.join(templates, path.basename(req.url ?? ''))));
-    } catch {
-      res.statusCode = 404;
-      res.end();
-    }
-  });
-  await new Promise<void>((r) => templateServer.listen(0, '127.0.0.1', r));
+  await templates.start({ 'docker-compose.yml': path.join(ROOT, 'deploy/rig/demo-platform/docker-compose.yml'), '.env.template': path.join(platform.dir, '.env') });
   db = await createTestDatabase();
   await createUser(db.database.db, { username: 'ops', password: 'ops-password-1', role: 'operator' });
   dataDir = mkdtempSync(path.join(tmpdir(), 'installer-crash-jobs-'));
@@ -225,8 +181,7 @@ afterAll(async () => {
   await platform?.remove();
   await gate?.close();
   if (gate) rmSync(path.dirname(gate.socketPath), { recursive: true, force: true });
-  templateServer?.close();
-  if (templates) rmSync(templates, { recursive: true, force: true });
+  templates.close();
   await db?.drop();
   if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   if (image) {
@@ -250,11 +205,11 @@ describe('kill -9 of the backend in every state of the job chart', () => {
   });
 
   crashPoint('preparing.watching', 'deploy waiting for its templates', async () => {
-    templateHold.armed = true;
+    templates.armed = true;
     const id = await post('deploy');
     await waitForChartState(base, token, 'job', id, 'preparing.watching');
     await new Promise((r) => setTimeout(r, 100));
-    expect(templateHold.waiting.length).toBeGreaterThan(0);
+    expect(templates.waiting.length).toBeGreaterThan(0);
     await crashAndRestart();
     await expectConverged(id, { phase: 'failed', state: 'interrupted', detail: INTERRUPTED });
   });
@@ -303,13 +258,13 @@ describe('kill -9 of the backend in every state of the job chart', () => {
   });
 
   crashPoint('running.watching', 'compose just spawned, its pid not yet stored', async () => {
-    templateHold.armed = true;
+    templates.armed = true;
     const hold = holdGate('POST', /^(\/v[\d.]+)?\/images\/create/, COMPOSE_UA);
     const id = await post('deploy');
     await waitForChartState(base, token, 'job', id, 'preparing.watching');
     // The status row is locked: the runner pid written right after compose is spawned waits.
     await holdDb(['select 1 from deployment_job_status where job_id = $1 for update'], [[id]]);
-    releaseTemplates();
+    templates.release();
     await hold.hit().catch(async () => {
       throw new Error(`compose never pulled; events: ${JSON.stringify(await jobEvents(id))}`);
     });
@@ -360,18 +315,18 @@ describe('kill -9 of the backend in every state of the job chart', () => {
   });
 
   crashPoint('failed', 'a failed deploy stored, its audit row not yet', async () => {
-    templateHold.armed = true;
+    templates.armed = true;
     try {
       const id = await post('deploy');
       await waitForChartState(base, token, 'job', id, 'preparing.watching');
       const hd = await holdDb(['select 1 from deployment_actions where job_id = $1 for update'], [[id]]);
-      templateHold.failWith = 404;
-      releaseTemplates();
+      templates.failWith = 404;
+      templates.release();
       await hd.waiting(/update "deployment_actions"/);
       await crashAndRestart();
       await expectConverged(id, { phase: 'failed', state: 'failed', detail: /^fetching the template docker-compose\.yml from http:\/\/127\.0\.0\.1:\d+\/docker-compose\.yml failed: HTTP 404$/ });
     } finally {
-      templateHold.failWith = null;
+      templates.failWith = null;
     }
   });
 

@@ -14,6 +14,7 @@ import { firstAdminToken } from '../helpers/e2e/first-admin.ts';
 import { type SelfUpdateCheck as Check } from '../helpers/api/self-update.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
 import { HELPER, helperExit, helperState, Images, localDigest, STAGED_FILE, STAGING_ROOT } from '../helpers/e2e/self-update-rig.ts';
+import { NOT_VERIFIED } from '../../src/contracts/signatures.ts';
 
 const images = new Images();
 const BASE = 'base';
@@ -124,6 +125,8 @@ describe('a default install (deploy/.env.example) updating itself', () => {
       remoteDigest: images.digests.get(BASE),
       composeChanged: false,
       lastUpdate: { status: null, detail: null, at: null, targetDigest: null, jobId: null },
+      // The default install has no signing key: its check says plainly that updates are not verified.
+      signature: { policy: 'off', result: null, detail: NOT_VERIFIED, refused: false },
       observedAt: expect.any(String),
       ageMs: expect.any(Number),
     });

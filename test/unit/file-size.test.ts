@@ -1,6 +1,6 @@
-// Rooms a newcomer can hold in their head: no source file of the product (the code, scripts and
-// benchmarks, not the tests) is over 400 lines. Read from the files git tracks, so a new file is
-// held to it without being listed here.
+// Rooms a newcomer can hold in their head: no source file (the code, its tests, scripts and
+// benchmarks) is over 400 lines. Read from the files git tracks, so a new file is held to it without
+// being listed here.
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -20,8 +20,8 @@ describe('file sizes', () => {
   it(`no source file is over ${MAX_LINES} lines`, () => {
     const files = execFileSync('git', ['ls-files', '-z'], { cwd: ROOT, encoding: 'utf8' })
       .split('\0')
-      .filter((f) => SOURCE.test(f) && !f.startsWith('test/') && !ONE_FILE_BY_SPEC.has(f));
-    expect(files.length).toBeGreaterThan(200);
+      .filter((f) => SOURCE.test(f) && !ONE_FILE_BY_SPEC.has(f));
+    expect(files.length).toBeGreaterThan(400);
     const over = files
       .map((f) => ({ f, lines: readFileSync(path.join(ROOT, f), 'utf8').split('\n').length - 1 }))
       .filter((x) => x.lines > MAX_LINES)
