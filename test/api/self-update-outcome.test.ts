@@ -4,7 +4,7 @@
 // The endpoints and preflight: self-update.test.ts.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { sql } from 'kysely';
-import { clearSelfUpdates, FakeEngine, FakeRuntime, LATEST_MIGRATION, REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
+import { checkSelfUpdate, clearSelfUpdates, FakeEngine, FakeRuntime, LATEST_MIGRATION, postSelfUpdate, REPO, selfUpdateAudit, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers/shared/db.ts';
 import { TEST_SECRETS } from '../helpers/api/app.ts';
@@ -13,17 +13,9 @@ import { getSelfUpdate, listSelfUpdates, pendingReconciliation as pendingReconci
 import { Sealer } from '../../src/state/platform-config.ts';
 import { listQuarantine } from '../../src/state/update-policy.ts';
 
-const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };
-
-async function post(t: SelfUpdateApp, headers: Record<string, string> = service) {
-  return t.app.inject({ method: 'POST', url: '/api/system/self-update', headers });
-}
-async function check(t: SelfUpdateApp) {
-  const res = await t.app.inject({ method: 'GET', url: '/api/system/self-update-check', headers: service });
-  expect(res.statusCode, res.body).toBe(200);
-  return res.json() as Record<string, unknown> & { lastUpdate: Record<string, unknown> };
-}
-const audit = (t: SelfUpdateApp) => t.db.database.db.selectFrom('deployment_actions').selectAll().where('kind', '=', 'self-update').orderBy('id').execute();
+const post = postSelfUpdate;
+const check = checkSelfUpdate;
+const audit = selfUpdateAudit;
 
 describe('reconciling the outcome', () => {
   const rolledBackExit = { state: 'exited' as const, exitCode: 0, status: 'rolled-back' as const, switchFailure: 'exit 1: dependency failed to start: container installer-backend is unhealthy', rollbackFailure: null };

@@ -3,8 +3,7 @@
 // the audit row, "nothing changed" after any preflight failure, and one start out of 50 concurrent
 // calls. The outcome reconciled on boot: self-update-outcome.test.ts.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { FakeEngine, FakeRuntime, LATEST_MIGRATION, REPO, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
-import { TEST_SECRETS } from '../helpers/api/app.ts';
+import { checkSelfUpdate, FakeEngine, FakeRuntime, LATEST_MIGRATION, postSelfUpdate, REPO, selfUpdateAudit, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
 import { createJob, finishJob } from '../../src/state/jobs.ts';
 import { currentMigration } from '../../src/db/migrate.ts';
 import { listSelfUpdates } from '../../src/state/self-update.ts';
@@ -13,17 +12,9 @@ import { NOT_VERIFIED } from '../../src/contracts/signatures.ts';
 import { sha256Of } from '../../src/adapters/compose-source.ts';
 
 const auth = (token: string) => ({ authorization: `Bearer ${token}` });
-const service = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };
-
-async function post(t: SelfUpdateApp, headers: Record<string, string> = service) {
-  return t.app.inject({ method: 'POST', url: '/api/system/self-update', headers });
-}
-async function check(t: SelfUpdateApp) {
-  const res = await t.app.inject({ method: 'GET', url: '/api/system/self-update-check', headers: service });
-  expect(res.statusCode, res.body).toBe(200);
-  return res.json() as Record<string, unknown> & { lastUpdate: Record<string, unknown> };
-}
-const audit = (t: SelfUpdateApp) => t.db.database.db.selectFrom('deployment_actions').selectAll().where('kind', '=', 'self-update').orderBy('id').execute();
+const post = postSelfUpdate;
+const check = checkSelfUpdate;
+const audit = selfUpdateAudit;
 
 describe('GET /api/system/self-update-check', () => {
   let t: SelfUpdateApp;

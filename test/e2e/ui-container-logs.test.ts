@@ -5,35 +5,24 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileSync } from 'node:fs';
 import type { Browser } from 'playwright-core';
-import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
-import { startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
-import { ensureUiBuilt, launchChromium, newPage, shoot, useToken } from '../helpers/e2e/ui.ts';
-import { ContainerLogs } from '../../src/adapters/container-logs/index.ts';
-import { connectEngine } from '../../src/adapters/docker-engine.ts';
-import { secretScrubber } from '../../src/logger.ts';
+import type { TestApp } from '../helpers/api/app.ts';
+import type { PlatformProject } from '../helpers/e2e/rig.ts';
+import { newPage, shoot, useToken } from '../helpers/e2e/ui.ts';
+import { startUiOnPlatform, type UiOnPlatform } from '../helpers/e2e/ui-platform.ts';
 
 let p: PlatformProject;
 let t: TestApp;
 let base: string;
 let browser: Browser;
+let ui: UiOnPlatform | undefined;
 /** Retries until the value matches: pages load and streams arrive in their own time. */
 const poll = <T>(fn: () => T | Promise<T>, timeout = 15_000) => expect.poll(fn, { timeout, interval: 100 });
 
 beforeAll(async () => {
-  ensureUiBuilt();
-  p = await startPlatform();
-  t = await startTestApp({
-    env: { PLATFORM_DIR: p.dir, PLATFORM_PROJECT: p.project },
-    logs: new ContainerLogs(connectEngine('/var/run/docker.sock'), { scrub: secretScrubber(Object.values(TEST_SECRETS)) }),
-  });
-  base = await t.app.listen({ host: '127.0.0.1', port: 0 });
-  browser = await launchChromium();
+  ui = await startUiOnPlatform();
+  ({ p, t, base, browser } = ui);
 });
-afterAll(async () => {
-  await browser?.close();
-  await t?.close();
-  await p?.remove();
-});
+afterAll(async () => ui?.close());
 
 describe('container logs in the UI', () => {
   it('container logs: live lines per service, and for admins a window and a download', async () => {

@@ -6,37 +6,27 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Browser } from 'playwright-core';
-import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
-import { docker, REGISTRY, retryOnSharedEngine, run, startPlatform, type PlatformProject } from '../helpers/e2e/rig.ts';
-import { ensureUiBuilt, launchChromium, newPage, shoot, signIn, useToken } from '../helpers/e2e/ui.ts';
-import { ContainerLogs } from '../../src/adapters/container-logs/index.ts';
-import { connectEngine } from '../../src/adapters/docker-engine.ts';
-import { secretScrubber } from '../../src/logger.ts';
+import { TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
+import { docker, REGISTRY, retryOnSharedEngine, run, type PlatformProject } from '../helpers/e2e/rig.ts';
+import { newPage, shoot, signIn, useToken } from '../helpers/e2e/ui.ts';
+import { startUiOnPlatform, type UiOnPlatform } from '../helpers/e2e/ui-platform.ts';
 import { finishJob } from '../../src/state/jobs.ts';
 
 let p: PlatformProject;
 let t: TestApp;
 let base: string;
 let browser: Browser;
+let ui: UiOnPlatform | undefined;
 const pullImage = `${REGISTRY}/platform-test/ui-busybox:${randomBytes(4).toString('hex')}`;
 /** Retries until the value matches: pages load and streams arrive in their own time. */
 const poll = <T>(fn: () => T | Promise<T>, timeout = 15_000) => expect.poll(fn, { timeout, interval: 100 });
 
 beforeAll(async () => {
-  ensureUiBuilt();
-  p = await startPlatform();
-  t = await startTestApp({
-    controllers: true,
-    env: { PLATFORM_DIR: p.dir, PLATFORM_PROJECT: p.project, LOGIN_RATE_LIMIT_PER_MINUTE: '100', PLATFORM_URL: 'https://platform.example.test' },
-    logs: new ContainerLogs(connectEngine('/var/run/docker.sock'), { scrub: secretScrubber(Object.values(TEST_SECRETS)) }),
-  });
-  base = await t.app.listen({ host: '127.0.0.1', port: 0 });
-  browser = await launchChromium();
+  ui = await startUiOnPlatform({ controllers: true, env: { LOGIN_RATE_LIMIT_PER_MINUTE: '100', PLATFORM_URL: 'https://platform.example.test' } });
+  ({ p, t, base, browser } = ui);
 });
 afterAll(async () => {
-  await browser?.close();
-  await t?.close();
-  await p?.remove();
+  await ui?.close();
   await run('docker', ['rmi', '-f', pullImage]);
 });
 

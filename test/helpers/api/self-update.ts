@@ -12,7 +12,8 @@ import type { SelfUpdateEngine } from '../../../src/adapters/self-update.ts';
 import type { HelperExit, HelperSpec } from '../../../src/adapters/self-update-helper.ts';
 import type { BackupResult } from '../../../src/adapters/database-backup.ts';
 import type { TestDatabase } from '../shared/db.ts';
-import { startTestApp } from './app.ts';
+import { expect } from 'vitest';
+import { startTestApp, TEST_SECRETS } from './app.ts';
 import type { Role } from '../../../src/db/schema.ts';
 
 export const REPO = 'registry.test/installer';
@@ -257,3 +258,20 @@ export async function startSelfUpdateApp(
   return { ...t, engine, runtime };
 }
 
+/** The control plane's service token with actor headers, as the self-update tests call with it. */
+export const SERVICE_CALLER = { authorization: `Bearer ${TEST_SECRETS.SERVICE_TOKEN}`, 'x-actor-user-id': 'amy', 'x-actor-email': 'amy@example.com' };
+
+/** POST /api/system/self-update, as the service token by default. */
+export function postSelfUpdate(t: SelfUpdateApp, headers: Record<string, string> = SERVICE_CALLER) {
+  return t.app.inject({ method: 'POST', url: '/api/system/self-update', headers });
+}
+
+/** GET /api/system/self-update-check: its body, after asserting a 200. */
+export async function checkSelfUpdate(t: SelfUpdateApp) {
+  const res = await t.app.inject({ method: 'GET', url: '/api/system/self-update-check', headers: SERVICE_CALLER });
+  expect(res.statusCode, res.body).toBe(200);
+  return res.json() as Record<string, unknown> & { lastUpdate: Record<string, unknown> };
+}
+
+/** The self-update audit rows, oldest first. */
+export const selfUpdateAudit = (t: SelfUpdateApp) => t.db.database.db.selectFrom('deployment_actions').selectAll().where('kind', '=', 'self-update').orderBy('id').execute();
