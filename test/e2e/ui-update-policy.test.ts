@@ -1,6 +1,9 @@
-// The update policy on the Status page in real headless Chromium against the real backend (no
-// Docker engine: the observer and the log streams are off): everyone sees the policy and the
-// quarantined builds; an admin sets the mode, days and hours, and a refused change says why.
+// The update policy on the Status page in real headless Chromium against the real backend (the log
+// streams are off): everyone sees the policy and the quarantined builds; an admin sets the mode,
+// days and hours, and a refused change says why. The observer runs, as in every install: without
+// it each page load holds the browser's connections to the host on observed reads that wait for an
+// observation no one makes (10 s each, the update check 30 s), and on a loaded machine the policy
+// card's own reads queued behind them past the test's wait (a rehearsal failed so).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
@@ -15,7 +18,7 @@ const DIGEST = `sha256:${'ab'.repeat(32)}`;
 
 beforeAll(async () => {
   ensureUiBuilt();
-  t = await startTestApp({ env: { LOGIN_RATE_LIMIT_PER_MINUTE: '100' }, observer: false, logs: null });
+  t = await startTestApp({ env: { LOGIN_RATE_LIMIT_PER_MINUTE: '100' }, logs: null });
   base = await t.app.listen({ host: '127.0.0.1', port: 0 });
   browser = await launchChromium();
 });
