@@ -3,7 +3,7 @@
 // days and hours, and a refused change says why. The observer runs, as in every install: without
 // it each page load holds the browser's connections to the host on observed reads that wait for an
 // observation no one makes (10 s each, the update check 30 s), and on a loaded machine the policy
-// card's own reads queued behind them past the test's wait (a rehearsal failed so).
+// card's own reads may queue behind them past the test's wait (a rehearsal timed out there).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Browser } from 'playwright-core';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
