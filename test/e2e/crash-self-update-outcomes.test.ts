@@ -227,7 +227,9 @@ describe('the outcome of each self-update, on the real engine', () => {
 
     // The engine is back and the backend restarts: the update stays closed as it was.
     gate.refuse(false);
-    const since = Math.floor(Date.now() / 1000);
+    // To the millisecond: whole seconds would take in the lines the backend wrote in the second
+    // before the restart, among them the undecided close's own "waiting for" line.
+    const since = new Date().toISOString();
     await docker(['restart', '-t', '10', 'installer-backend']);
     await i.waitHealthy(120_000);
     await i.login();
@@ -236,7 +238,7 @@ describe('the outcome of each self-update, on the real engine', () => {
     const later = (await check())!;
     expect(later.lastUpdate).toEqual(undecided.lastUpdate);
     expect(await lastAudit()).toMatchObject({ status: 'failed', exitCode: null, detail });
-    const logs = await run('docker', ['logs', '--since', String(since), 'installer-backend']);
+    const logs = await run('docker', ['logs', '--since', since, 'installer-backend']);
     expect(logs.stdout + logs.stderr).not.toContain('waiting for installer-self-updater to exit');
     // And an update is accepted: the backend runs the channel's newest build already.
     const newest = await i.call('POST', '/api/system/self-update', undefined, 120_000);
