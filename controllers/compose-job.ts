@@ -12,6 +12,7 @@ import { getSetting } from '../src/state/settings.ts';
 import { engineUnreachable, parsePullProgress, runCompose, type ComposeRun } from '../src/adapters/compose-cli.ts';
 import type { InstallerEnv, PlatformFiles } from '../src/adapters/platform-files.ts';
 import { isComposeProcessOf, terminateGroup } from '../src/adapters/processes.ts';
+import type { PlatformImageSignatures } from '../src/adapters/platform-images.ts';
 import { done, type ReconcileResult } from './runtime/reconcile.ts';
 import { runJob, type ChartPlan, type JobIO, type JobRunDeps, type RunningJobs } from './runtime/job-run.ts';
 
@@ -22,6 +23,8 @@ export interface ComposeJobDeps extends JobRunDeps {
   templatesUrl?: string | undefined;
   /** The installer's address and current service token, written into the platform's .env by deploy and apply-config. */
   installerEnv?: () => InstallerEnv;
+  /** The platform's images checked against its signing keys (PLATFORM_SIGNATURE_*); absent or `off`: not checked. */
+  platformImages?: Pick<PlatformImageSignatures, 'policy' | 'check'>;
 }
 
 const STEP_ARGS: Record<string, (services: string[]) => string[]> = {
@@ -33,6 +36,9 @@ const STEP_ARGS: Record<string, (services: string[]) => string[]> = {
   'up-pulled': (s) => ['up', '-d', '--pull', 'never', ...s],
   recreate: (s) => ['up', '-d', '--force-recreate', '--pull', 'never', ...s],
 };
+
+/** Steps that start containers: their images are checked first. A pull's are checked once it has pulled them. */
+const CHECKED_BEFORE = new Set(['up', 'up-pulled', 'recreate']);
 
 /** The chart's steps for a job kind (the table in src/contracts/job-kinds.ts). */
 export function stepsFor(kind: JobKind): { steps: string[]; needsPrepare: boolean } {
@@ -128,29 +134,79 @@ export class ComposeJobReconciler {
         return () => {};
       }
       const args = STEP_ARGS[input.step]!(services);
-      io.phase(input.step, { command: ['docker', 'compose', ...args].join(' ') });
-      let noEngine: string | null = null;
-      const run = runCompose(this.d.platform.target(), args, (stream, text) => {
-        sendBack({ type: 'OUTPUT' });
-        io.touch();
-        if (stream === 'stderr' && engineUnreachable(text)) noEngine ??= text.trim().slice(0, 300);
-        const progress = input.step === 'pull' ? parsePullProgress(text) : null;
-        if (progress) io.line('progress', { ...progress, line: text }, text);
-        else io.line('output', { stream, line: text }, text);
-      });
-      current = run;
-      void updateJobStatus(db, job.jobId, { runnerPid: run.pid ?? null }).catch(() => {});
+      let stopped = false;
+      let run: ComposeRun | undefined;
       let exited = false;
-      void run.exited.then((code) => {
-        exited = true;
-        // Compose could not reach the engine: say so rather than only "exited with code 1".
-        if (code !== 0 && noEngine) sendBack({ type: 'STEP_FAILED', exitCode: code, message: `${input.step} failed: the Docker engine is not reachable (${noEngine})` });
-        else sendBack({ type: 'STEP_DONE', exitCode: code });
-      });
+      const start = () => {
+        io.phase(input.step, { command: ['docker', 'compose', ...args].join(' ') });
+        let noEngine: string | null = null;
+        run = runCompose(this.d.platform.target(), args, (stream, text) => {
+          sendBack({ type: 'OUTPUT' });
+          io.touch();
+          if (stream === 'stderr' && engineUnreachable(text)) noEngine ??= text.trim().slice(0, 300);
+          const progress = input.step === 'pull' ? parsePullProgress(text) : null;
+          if (progress) io.line('progress', { ...progress, line: text }, text);
+          else io.line('output', { stream, line: text }, text);
+        });
+        current = run;
+        void updateJobStatus(db, job.jobId, { runnerPid: run.pid ?? null }).catch(() => {});
+        void run.exited.then(async (code) => {
+          exited = true;
+          // Compose could not reach the engine: say so rather than only "exited with code 1".
+          if (code !== 0 && noEngine) return sendBack({ type: 'STEP_FAILED', exitCode: code, message: `${input.step} failed: the Docker engine is not reachable (${noEngine})` });
+          if (code !== 0 || input.step !== 'pull') return sendBack({ type: 'STEP_DONE', exitCode: code });
+          const refused = await checkImages(input.step);
+          if (stopped) return;
+          if (refused) sendBack({ type: 'STEP_FAILED', message: `pull refused: ${refused}; it is pulled, and nothing was started with it` });
+          else sendBack({ type: 'STEP_DONE', exitCode: code });
+        });
+      };
+      if (!CHECKED_BEFORE.has(input.step)) start();
+      else {
+        void checkImages(input.step).then((refused) => {
+          if (stopped) return;
+          if (refused) sendBack({ type: 'STEP_FAILED', message: `${input.step} refused: ${refused}; nothing was started` });
+          else start();
+        });
+      }
       return () => {
-        if (!exited) run.cancel();
+        stopped = true;
+        if (run && !exited) run.cancel();
       };
     });
+
+    // Each service's verdict is written once per job, though a deploy checks after its pull and before its up.
+    const written = new Set<string>();
+    /** The images' signatures under PLATFORM_SIGNATURE_POLICY: null to go on, else why the step is refused. */
+    const checkImages = async (step: string): Promise<string | null> => {
+      const gate = this.d.platformImages;
+      if (!gate || gate.policy === 'off') return null;
+      const policy = gate.policy;
+      io.touch(true);
+      const warn = (text: string) => io.line('warning', { message: text }, `warning: ${text}`);
+      let checks;
+      try {
+        checks = await gate.check(services);
+      } catch (err) {
+        const problem = `the images' signatures could not be checked before ${step}: ${(err as Error).message}`;
+        if (policy === 'require') return `${problem}; PLATFORM_SIGNATURE_POLICY=require refuses to go on`;
+        warn(`${problem}; PLATFORM_SIGNATURE_POLICY=warn goes on`);
+        return null;
+      }
+      let refused: string | null = null;
+      for (const { service, image, digest, check } of checks) {
+        if (check.policy === 'off') continue;
+        const { result, detail } = check.verdict;
+        const verified = result === 'verified';
+        if (!verified && check.policy === 'require') refused ??= `the image ${image} of service ${service} is not verified (${result}): ${detail}; PLATFORM_SIGNATURE_POLICY=require refuses it`;
+        const once = `${service}@${digest ?? image}`;
+        if (written.has(once)) continue;
+        written.add(once);
+        if (verified) io.line('output', { stream: 'stdout', line: `signature: ${service} (${image}): ${detail}` }, `signature: ${service}: ${detail}`);
+        else warn(`signature: ${service} (${image}) is not verified (${result}): ${detail}; PLATFORM_SIGNATURE_POLICY=${check.policy} ${check.policy === 'require' ? 'refuses it' : 'lets it run'}`);
+      }
+      return refused;
+    };
 
     return {
       machine: jobMachine.provide({ actors: { prepare, runStep } }),

@@ -24,7 +24,7 @@ import { closeInterruptedJobs, jobRowStatus, mirrorLogger, RunningJobs } from '.
 import { WorkQueue } from './runtime/work-queue.ts';
 import { DEFAULT_BACKOFF, done, type Backoff, type RowStatus } from './runtime/reconcile.ts';
 import { hungMessage } from '../machines/job.machine.ts';
-import { ComposeJobReconciler } from './compose-job.ts';
+import { ComposeJobReconciler, type ComposeJobDeps } from './compose-job.ts';
 import { HostMigrationReconciler } from './host-migration.ts';
 import { CancelJobReconciler } from './cancel-job.ts';
 import { SelfUpdateReconciler } from './self-update.ts';
@@ -53,6 +53,8 @@ export interface ControllersDeps {
     installerEnv?: () => InstallerEnv;
     hostRunner?: HostRunner | undefined;
     migrateHostScriptPath: string;
+    /** The platform's images' signature check in the jobs that pull or start them (docs/adr/0053-signed-builds.md). */
+    platformImages?: ComposeJobDeps['platformImages'];
   };
   /** What the observer reads the world with (docs/adr/0023-observed-state.md). */
   observe: Omit<ObserverDeps, 'db' | 'listen' | 'logger'>;

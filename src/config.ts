@@ -120,6 +120,20 @@ export const settingsSchema = z.object({
   SIGNATURE_PUBLIC_KEYS_FILE: absolutePath.optional(),
   /** What an unverified build means; unset: `require` with a key file, `off` without. */
   SIGNATURE_POLICY: z.enum(SIGNATURE_POLICIES, { error: 'must be off, warn or require' }).optional(),
+  /** A PEM file of the public keys the platform's images must be signed by, checked in deploy, pull, compose-up and apply-config jobs. */
+  PLATFORM_SIGNATURE_PUBLIC_KEYS_FILE: absolutePath.optional(),
+  /** What an unverified platform image means; unset: `require` with a key file, `off` without. */
+  PLATFORM_SIGNATURE_POLICY: z.enum(SIGNATURE_POLICIES, { error: 'must be off, warn or require' }).optional(),
+  /**
+   * Where the installer itself reads a registry's signatures when it cannot at the image's own
+   * registry host: `<registry>=<url>` pairs, comma separated (a registry the engine reaches on the
+   * host's loopback, read from inside the backend's container through an address it reaches).
+   */
+  SIGNATURE_REGISTRY_ENDPOINTS: z
+    .string()
+    .refine((v) => parseRegistryEndpoints(v) !== null, 'must be <registry>=<http(s) URL> pairs separated by commas, e.g. 127.0.0.1:5000=http://172.17.0.1:5000')
+    .transform((v) => parseRegistryEndpoints(v)!)
+    .optional(),
   INSTALLER_CONTAINER_NAME: z.string().min(1).default('installer-backend'),
   SELF_UPDATE_PREFLIGHT_TIMEOUT_SECONDS: positiveInt.max(3600, 'must be at most 3600').default(300),
   SELF_UPDATE_WAIT_TIMEOUT_SECONDS: positiveInt.max(3600, 'must be at most 3600').optional(),
@@ -267,14 +281,16 @@ export function loadSettings(env: NodeJS.ProcessEnv, files: FileReader): Setting
   if (raw.INSTALLER_ROLE !== 'all' && raw.DATABASE_URL === undefined) {
     throw new ConfigError('INSTALLER_ROLE', 'must be all with the embedded database (no DATABASE_URL): the API and the controllers share it in one process');
   }
-  if (raw.SIGNATURE_POLICY !== undefined && raw.SIGNATURE_POLICY !== 'off' && raw.SIGNATURE_PUBLIC_KEYS_FILE === undefined) {
-    throw new ConfigError('SIGNATURE_POLICY', `cannot be ${raw.SIGNATURE_POLICY} without SIGNATURE_PUBLIC_KEYS_FILE: there is no key to verify builds with`);
-  }
-  if (raw.SIGNATURE_PUBLIC_KEYS_FILE !== undefined) {
+  for (const [policy, keys] of [['SIGNATURE_POLICY', 'SIGNATURE_PUBLIC_KEYS_FILE'], ['PLATFORM_SIGNATURE_POLICY', 'PLATFORM_SIGNATURE_PUBLIC_KEYS_FILE']] as const) {
+    if (raw[policy] !== undefined && raw[policy] !== 'off' && raw[keys] === undefined) {
+      throw new ConfigError(policy, `cannot be ${raw[policy]} without ${keys}: there is no key to verify ${policy.startsWith('PLATFORM') ? 'images' : 'builds'} with`);
+    }
+    const file = raw[keys];
+    if (file === undefined) continue;
     try {
-      parseTrustedKeys(files.readFile(raw.SIGNATURE_PUBLIC_KEYS_FILE), raw.SIGNATURE_PUBLIC_KEYS_FILE);
+      parseTrustedKeys(files.readFile(file), file);
     } catch (err) {
-      throw new ConfigError('SIGNATURE_PUBLIC_KEYS_FILE', (err as NodeJS.ErrnoException).code ? `cannot be read (${(err as NodeJS.ErrnoException).code})` : (err as Error).message);
+      throw new ConfigError(keys, (err as NodeJS.ErrnoException).code ? `cannot be read (${(err as NodeJS.ErrnoException).code})` : (err as Error).message);
     }
   }
   const secrets: Partial<Record<SecretName, string>> = {};
@@ -294,6 +310,31 @@ export function loadSettings(env: NodeJS.ProcessEnv, files: FileReader): Setting
 /** SIGNATURE_POLICY, else `require` when a key file is given and `off` when none is. */
 export function signaturePolicy(settings: Pick<Settings, 'SIGNATURE_POLICY' | 'SIGNATURE_PUBLIC_KEYS_FILE'>): SignaturePolicy {
   return settings.SIGNATURE_POLICY ?? (settings.SIGNATURE_PUBLIC_KEYS_FILE ? 'require' : 'off');
+}
+
+/** PLATFORM_SIGNATURE_POLICY, by the same rule for the platform's images and their key file. */
+export function platformSignaturePolicy(settings: Pick<Settings, 'PLATFORM_SIGNATURE_POLICY' | 'PLATFORM_SIGNATURE_PUBLIC_KEYS_FILE'>): SignaturePolicy {
+  return settings.PLATFORM_SIGNATURE_POLICY ?? (settings.PLATFORM_SIGNATURE_PUBLIC_KEYS_FILE ? 'require' : 'off');
+}
+
+/** `a=http://x,b=https://y` → { a: 'http://x', b: 'https://y' }; null when any pair is malformed. */
+export function parseRegistryEndpoints(value: string): Record<string, string> | null {
+  const out: Record<string, string> = {};
+  for (const pair of value.split(',').map((p) => p.trim()).filter(Boolean)) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0) return null;
+    const registry = pair.slice(0, eq).trim();
+    const url = pair.slice(eq + 1).trim();
+    if (!/^[a-z0-9.-]+(:\d+)?$/i.test(registry) && !/^\[[0-9a-f:]+\](:\d+)?$/i.test(registry)) return null;
+    try {
+      const u = new URL(url);
+      if ((u.protocol !== 'http:' && u.protocol !== 'https:') || u.search || u.hash || u.username || u.password) return null;
+    } catch {
+      return null;
+    }
+    out[registry] = url.replace(/\/+$/, '');
+  }
+  return Object.keys(out).length ? out : null;
 }
 
 /** The update channel: INSTALLER_CHANNEL, else the running tag's part before the first `-`. */

@@ -16,8 +16,9 @@ import { engineFacts } from './adapters/diagnostics.ts';
 import { Controllers } from '../controllers/index.ts';
 import { retentionQueue } from '../controllers/retention.ts';
 import type { Observer } from '../controllers/observer.ts';
-import { resolveChannel, signaturePolicy } from './config.ts';
+import { platformSignaturePolicy, resolveChannel, signaturePolicy } from './config.ts';
 import { ImageSignatures } from './adapters/signatures.ts';
+import { PlatformImageSignatures } from './adapters/platform-images.ts';
 import { DockerSelfUpdateEngine, type SelfUpdateEngine } from './adapters/self-update.ts';
 import { EmbeddedBackup, PostgresContainerBackup, type DatabaseBackup } from './adapters/database-backup.ts';
 import { machineCharts } from './state/machine-instances.ts';
@@ -202,7 +203,10 @@ function reconcilers(
 ): Controllers {
   const { docker, runtime, platform, selfUpdateEngine, selfUpdateSettings } = engine;
   // The same check in preflight and in the update check (docs/adr/0053-signed-builds.md).
-  const signatures = new ImageSignatures(signaturePolicy(settings), settings.SIGNATURE_PUBLIC_KEYS_FILE);
+  const endpoints = settings.SIGNATURE_REGISTRY_ENDPOINTS ? { endpoints: settings.SIGNATURE_REGISTRY_ENDPOINTS } : {};
+  const signatures = new ImageSignatures(signaturePolicy(settings), settings.SIGNATURE_PUBLIC_KEYS_FILE, endpoints);
+  // The platform's images, against the platform's own keys, in the jobs that pull or start them.
+  const platformKeys = new ImageSignatures(platformSignaturePolicy(settings), settings.PLATFORM_SIGNATURE_PUBLIC_KEYS_FILE, { ...endpoints, keysSetting: 'PLATFORM_SIGNATURE_PUBLIC_KEYS_FILE' });
   const { scrub, sealer, serviceTokens } = secrets;
   return new Controllers({
     db: reconcileDb,
@@ -221,6 +225,7 @@ function reconcilers(
       installerEnv: () => installerEnvFor(settings.PLATFORM_INSTALLER_URL, serviceTokens.current(), opts.tlsFingerprint256 ?? null),
       hostRunner: engine.hostRunner,
       migrateHostScriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
+      platformImages: new PlatformImageSignatures(docker, engine.platformFiles, platformKeys),
     },
     selfUpdate: { engine: selfUpdateEngine, runtime, settings: selfUpdateSettings, channel: settings.INSTALLER_CHANNEL, scrub, signatures },
     notifications: {

@@ -171,6 +171,20 @@ export class PlatformFiles {
     return services;
   }
 
+  /**
+   * The image each service runs, for `services` and what they depend on (all when none are named),
+   * as compose resolves them; a service built here and given no image name gets compose's own
+   * name for it (`<project>-<service>`), with `built` set.
+   */
+  async serviceImages(services: readonly string[]): Promise<{ service: string; image: string; built: boolean }[]> {
+    const r = await composeOutput(this.target(), ['config', '--format', 'json', ...services]);
+    if (r.code !== 0) throw new Error(`the platform compose file is invalid: ${r.stderr.trim().split('\n').pop() ?? `exit ${r.code}`}`);
+    const config = JSON.parse(r.stdout) as { services?: Record<string, { image?: string }> };
+    return Object.entries(config.services ?? {})
+      .map(([service, def]) => ({ service, image: def.image ?? `${this.project}-${service}`, built: !def.image }))
+      .sort((a, b) => a.service.localeCompare(b.service));
+  }
+
   async readEnvText(): Promise<string> {
     return readFile(this.envFile, 'utf8').catch((err: NodeJS.ErrnoException) => {
       if (err.code === 'ENOENT') return '';

@@ -153,18 +153,24 @@ function signedBy(payload: Buffer, signature: Buffer, keys: readonly TrustedKey[
   });
 }
 
+export interface VerifyOptions {
+  timeoutMs?: number;
+  /** Where to read a registry instead of at its own host (SIGNATURE_REGISTRY_ENDPOINTS), by registry host. */
+  endpoints?: Readonly<Record<string, string>>;
+}
+
 /**
  * Whether `digest` (the image manifest's, `sha256:<hex>`) of `reference`'s repository is signed by
  * one of `keys`. When no signature verifies, the most telling cause among its signatures is named:
  * a payload that is not what its manifest names (changed), then a trusted signature of another
  * digest, then a signature no trusted key made.
  */
-export async function verifyImageSignature(reference: string, digest: string, keys: readonly TrustedKey[], opts: { timeoutMs?: number } = {}): Promise<SignatureVerdict> {
+export async function verifyImageSignature(reference: string, digest: string, keys: readonly TrustedKey[], opts: VerifyOptions = {}): Promise<SignatureVerdict> {
   if (!/^sha256:[0-9a-f]{64}$/.test(digest)) throw new Error(`not a sha256 digest: ${digest}`);
   if (!keys.length) throw new Error('no trusted key to verify with');
   const { registry, repository } = registryRepository(reference);
   const short = `${digest.slice(0, 19)}…`;
-  const reader = new RegistryReader(registryBaseUrl(registry), repository, AbortSignal.timeout(opts.timeoutMs ?? SIGNATURE_TIMEOUT_MS));
+  const reader = new RegistryReader(opts.endpoints?.[registry] ?? registryBaseUrl(registry), repository, AbortSignal.timeout(opts.timeoutMs ?? SIGNATURE_TIMEOUT_MS));
   const tag = `${digest.replace(':', '-')}.sig`;
   try {
     const manifestBody = await reader.get(`manifests/${tag}`, MANIFEST_TYPES, MAX_MANIFEST_BYTES);
@@ -216,14 +222,15 @@ async function checkLayer(reader: RegistryReader, layer: Layer, digest: string, 
 }
 
 /**
- * The installer's check of a build: its policy, and the trusted keys read from their file at each
- * check, so that a replaced file (a rotation) applies to the next update without a restart.
+ * The installer's check of a build (or of a platform image): its policy, and the trusted keys read
+ * from their file at each check, so that a replaced file (a rotation) applies to the next check
+ * without a restart. `keysSetting` names the file's setting in what an operator reads.
  */
 export class ImageSignatures implements SignaturePort {
   constructor(
     readonly policy: SignaturePolicy,
     private readonly keysFile: string | undefined,
-    private readonly opts: { timeoutMs?: number; readFile?: (file: string) => string } = {},
+    private readonly opts: VerifyOptions & { readFile?: (file: string) => string; keysSetting?: string } = {},
   ) {}
 
   async check(reference: string, digest: string): Promise<SignatureCheck> {
@@ -232,8 +239,9 @@ export class ImageSignatures implements SignaturePort {
     try {
       keys = parseTrustedKeys((this.opts.readFile ?? ((f) => readFileSync(f, 'utf8')))(this.keysFile), path.basename(this.keysFile));
     } catch (err) {
-      return { policy: this.policy, verdict: { result: 'unknown-key', detail: `no trusted key can be read: SIGNATURE_PUBLIC_KEYS_FILE: ${(err as Error).message}` } };
+      return { policy: this.policy, verdict: { result: 'unknown-key', detail: `no trusted key can be read: ${this.opts.keysSetting ?? 'SIGNATURE_PUBLIC_KEYS_FILE'}: ${(err as Error).message}` } };
     }
-    return { policy: this.policy, verdict: await verifyImageSignature(reference, digest, keys, this.opts.timeoutMs === undefined ? {} : { timeoutMs: this.opts.timeoutMs }) };
+    const { timeoutMs, endpoints } = this.opts;
+    return { policy: this.policy, verdict: await verifyImageSignature(reference, digest, keys, { ...(timeoutMs === undefined ? {} : { timeoutMs }), ...(endpoints ? { endpoints } : {}) }) };
   }
 }
