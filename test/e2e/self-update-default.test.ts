@@ -15,6 +15,11 @@ import { type SelfUpdateCheck as Check } from '../helpers/api/self-update.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
 import { HELPER, helperExit, helperState, Images, localDigest, STAGED_FILE, STAGING_ROOT } from '../helpers/e2e/self-update-rig.ts';
 import { NOT_VERIFIED } from '../../src/contracts/signatures.ts';
+import { makeKeyPair, signBuild } from '../helpers/e2e/signing.ts';
+import { registryDoor, type RegistryDoor } from '../helpers/e2e/fake-registries.ts';
+import { REGISTRY } from '../helpers/e2e/rig.ts';
+import { parseSse } from '../helpers/shared/sse.ts';
+import { networkInterfaces } from 'node:os';
 
 const images = new Images();
 const BASE = 'base';
@@ -201,5 +206,84 @@ describe('a default install (deploy/.env.example) updating itself', () => {
     const c = await settled(previous);
     expect(c.lastUpdate).toMatchObject({ status: 'rolled-back', targetDigest: target });
     expect((await version()).image).toBe(images.ref('previous'));
+  });
+});
+
+// The same install with signing keys in its .env (docs/adr/0053-signed-builds.md): the compose file
+// mounts the host's key files and the backend checks the channel's builds against them. The backend
+// reads signatures from inside its container, where the rig's registry (the host's loopback) is not
+// reachable: SIGNATURE_REGISTRY_ENDPOINTS names a relay to it on one of the machine's own addresses.
+describe('the same install with signing keys in its .env', () => {
+  const keysDir = mkdtempSync(path.join(tmpdir(), 'installer-keys-'));
+  let door: RegistryDoor;
+  /** The update's transcript, replayed from its job's stream (it has ended). */
+  const transcript = async (jobId: string) => {
+    const res = await fetch(`${baseUrl}/api/deployment/jobs/${jobId}/logs`, { headers: { authorization: `Bearer ${token}`, accept: 'text/event-stream' }, signal: AbortSignal.timeout(60_000) });
+    return parseSse(await res.text()).filter((e) => e.event === 'output').map((e) => String(e.data.line));
+  };
+
+  beforeAll(async () => {
+    const own = Object.values(networkInterfaces()).flat().find((a) => a && a.family === 'IPv4' && !a.internal);
+    if (!own) throw new Error('the machine has no IPv4 address but loopback: the backend cannot reach a relay');
+    door = await registryDoor(REGISTRY, own.address);
+    const installerKey = await makeKeyPair(keysDir, 'installer');
+    const platformKey = await makeKeyPair(keysDir, 'platform');
+    const env = readFileSync(path.join(workDir, '.env'), 'utf8');
+    writeFileSync(
+      path.join(workDir, '.env'),
+      `${env}\nSIGNATURE_PUBLIC_KEYS_FILE=${installerKey}\nPLATFORM_SIGNATURE_PUBLIC_KEYS_FILE=${platformKey}\nSIGNATURE_REGISTRY_ENDPOINTS=${REGISTRY}=http://${door.address}\n`,
+    );
+    // The backend as it runs now (the last case left it on `previous`), recreated with the keys.
+    await compose(['up', '-d', '--wait', '--wait-timeout', '180', 'backend'], { VERSION: 'previous' });
+    await until('the backend answering', async () => (await fetch(`${baseUrl}/api/health`).catch(() => null))?.ok);
+  }, 300_000);
+  afterAll(async () => {
+    await door?.shut();
+    rmSync(keysDir, { recursive: true, force: true });
+  });
+
+  it('mounts the key files, refuses an unsigned build before anything changes, and installs a signed one', async () => {
+    const env = await backendEnv();
+    expect(env).toContain('SIGNATURE_PUBLIC_KEYS_FILE=/run/installer/signing/installer.pub');
+    expect(env).toContain('PLATFORM_SIGNATURE_PUBLIC_KEYS_FILE=/run/installer/signing/platform.pub');
+    expect(env.filter((e) => e.includes(keysDir))).toEqual([]);
+    // The channel's newest build (the unhealthy one, never signed) is refused, in the check first.
+    const running = (await version()).digest!;
+    const helperBefore = (await helperState())?.id ?? null;
+    const rollbackBefore = await localDigest(images.ref('rollback'));
+    const unsigned = images.digests.get('prod-latest')!;
+    const c = await until('the check to read the signature', async () => {
+      const x = await check();
+      return x.remoteDigest === unsigned && x.signature.result ? x : null;
+    });
+    expect(c.signature).toEqual({ policy: 'require', result: 'no-signature', detail: expect.stringContaining('has no signature in'), refused: true });
+    const refused = await startUpdate();
+    expect(refused.status, JSON.stringify(refused.body)).toBe(503);
+    expect((refused.body as { message: string }).message).toMatch(/^self-update aborted in preflight: checking: the target build is not verified \(no-signature\): .+; SIGNATURE_POLICY=require refuses it; nothing was changed$/);
+    // Nothing changed: no helper started, the rollback tag where it was, the same backend.
+    expect((await helperState())?.id ?? null).toBe(helperBefore);
+    expect(await localDigest(images.ref('rollback'))).toBe(rollbackBefore);
+    expect((await version()).digest).toBe(running);
+
+    // A build signed with the installer's key is offered and installed.
+    await images.buildVariant('ships-new-compose', BASE, 'signed');
+    const target = await images.publish('signed', 'prod');
+    await signBuild(keysDir, images.repo, target, 'installer');
+    const offered = await until('the signed build offered', async () => {
+      const x = await check();
+      return x.remoteDigest === target && x.signature.result === 'verified' ? x : null;
+    });
+    expect(offered.signature).toEqual({ policy: 'require', result: 'verified', detail: expect.stringContaining('is signed by installer.pub'), keyId: expect.stringMatching(/^installer\.pub \([0-9a-f]{16}\)$/), refused: false });
+    const r = await startUpdate();
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.body).toMatchObject({ started: true, targetDigest: target });
+    const jobId = (r.body as { jobId: string }).jobId;
+    expect(await helperExit()).toBe(0);
+    const after = await settled(target);
+    expect(after.lastUpdate).toMatchObject({ status: 'completed', targetDigest: target });
+    expect((await transcript(jobId)).filter((l) => l.startsWith('signature: '))).toEqual([expect.stringMatching(/^signature: verified: the build sha256:[0-9a-f]{12}… is signed by installer\.pub \([0-9a-f]{16}\)$/)]);
+    // The new backend boots with the same keys, through the compose file its image shipped.
+    expect(await backendEnv()).toContain('SIGNATURE_PUBLIC_KEYS_FILE=/run/installer/signing/installer.pub');
+    expect((await check()).signature).toMatchObject({ policy: 'require', result: 'verified' });
   });
 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { generateKeyPairSync } from 'node:crypto';
-import { ConfigError, loadSettings, resolveChannel, signaturePolicy } from '../../src/config.ts';
+import { ConfigError, loadSettings, platformSignaturePolicy, resolveChannel, signaturePolicy } from '../../src/config.ts';
 
 const files = (map: Record<string, string>) => ({
   readFile(p: string) {
@@ -118,5 +118,23 @@ describe('settings', () => {
     expect(fail({ SIGNATURE_PUBLIC_KEYS_FILE: '/k/missing.pub' }, keys).message).toBe('SIGNATURE_PUBLIC_KEYS_FILE: cannot be read (ENOENT)');
     expect(fail({ SIGNATURE_PUBLIC_KEYS_FILE: '/k/cosign.key' }, keys).message).toContain('holds a private key: give the public key (cosign.pub) only');
     expect(fail({ SIGNATURE_PUBLIC_KEYS_FILE: '/k/empty.pub' }, keys).message).toContain('holds no PEM public key');
+    // The platform's images: the same rules under their own names, independent of the installer's.
+    expect(platformSignaturePolicy(loadSettings({ SIGNATURE_PUBLIC_KEYS_FILE: '/k/cosign.pub' }, keys))).toBe('off');
+    expect(platformSignaturePolicy(loadSettings({ PLATFORM_SIGNATURE_PUBLIC_KEYS_FILE: '/k/two.pub' }, keys))).toBe('require');
+    expect(platformSignaturePolicy(loadSettings({ PLATFORM_SIGNATURE_PUBLIC_KEYS_FILE: '/k/two.pub', PLATFORM_SIGNATURE_POLICY: 'warn' }, keys))).toBe('warn');
+    expect(fail({ PLATFORM_SIGNATURE_POLICY: 'warn', SIGNATURE_PUBLIC_KEYS_FILE: '/k/cosign.pub' }, keys).message).toBe(
+      'PLATFORM_SIGNATURE_POLICY: cannot be warn without PLATFORM_SIGNATURE_PUBLIC_KEYS_FILE: there is no key to verify images with',
+    );
+    expect(fail({ PLATFORM_SIGNATURE_PUBLIC_KEYS_FILE: '/k/cosign.key' }, keys).message).toMatch(/^PLATFORM_SIGNATURE_PUBLIC_KEYS_FILE: .*holds a private key/);
+  });
+
+  it('signature registry endpoints: registry=URL pairs, http(s) only, no credentials in the URL', () => {
+    expect(loadSettings({ SIGNATURE_REGISTRY_ENDPOINTS: '127.0.0.1:5000=http://172.17.0.1:5000/, registry.example.com=https://mirror.example.com' }, files({})).SIGNATURE_REGISTRY_ENDPOINTS).toEqual({
+      '127.0.0.1:5000': 'http://172.17.0.1:5000',
+      'registry.example.com': 'https://mirror.example.com',
+    });
+    for (const bad of ['127.0.0.1:5000', '=http://x', 'a=ftp://x', 'a=http://u:p@x', 'a b=http://x', 'a=not a url']) {
+      expect(fail({ SIGNATURE_REGISTRY_ENDPOINTS: bad }).message, bad).toMatch(/^SIGNATURE_REGISTRY_ENDPOINTS: must be <registry>=<http\(s\) URL> pairs/);
+    }
   });
 });

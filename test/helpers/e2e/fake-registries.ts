@@ -90,13 +90,14 @@ export async function garbageRegistry(): Promise<FakeRegistry> {
  * same port. What passes through is the real registry's, byte for byte.
  */
 export interface RegistryDoor {
-  /** `127.0.0.1:<port>`: a registry host for INSTALLER_REGISTRY and image references. */
+  /** `<host>:<port>` (127.0.0.1 unless asked otherwise): a registry host for INSTALLER_REGISTRY and image references. */
   address: string;
   shut(): Promise<void>;
   open(): Promise<void>;
 }
 
-export async function registryDoor(target: string): Promise<RegistryDoor> {
+/** `host`: the address it listens on, e.g. one of the machine's own that containers reach. */
+export async function registryDoor(target: string, host = '127.0.0.1'): Promise<RegistryDoor> {
   const [targetHost, targetPort] = [target.slice(0, target.lastIndexOf(':')), Number(target.slice(target.lastIndexOf(':') + 1))];
   const port = await freePort();
   let server: TcpServer | null = null;
@@ -107,7 +108,7 @@ export async function registryDoor(target: string): Promise<RegistryDoor> {
     s.on('error', () => {});
   };
   const door: RegistryDoor = {
-    address: `127.0.0.1:${port}`,
+    address: `${host}:${port}`,
     async open() {
       if (server) return;
       const relay = createTcpServer((client) => {
@@ -120,7 +121,7 @@ export async function registryDoor(target: string): Promise<RegistryDoor> {
       });
       await new Promise<void>((resolve, reject) => {
         relay.once('error', reject);
-        relay.listen(port, '127.0.0.1', () => resolve());
+        relay.listen(port, host, () => resolve());
       });
       server = relay;
     },
