@@ -110,6 +110,10 @@ export default tseslint.config(
     rules: reconcilerImports('runtime/|self-update/'),
   },
   {
+    files: ['controllers/observer.ts'],
+    rules: reconcilerImports('runtime/|observer/'),
+  },
+  {
     // The parts of a reconciler import no reconciler, only the shared runtime beside them.
     files: ['controllers/*/**'],
     ignores: ['controllers/runtime/**'],

@@ -13,6 +13,7 @@ import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { DB } from '../src/db/schema.ts';
 import type { ContainerView, RuntimePort, SelfUpdatePort, VersionInfo } from '../src/contracts/ports.ts';
+import { observePreflight } from './observer/preflight-facts.ts';
 import {
   beginObservation,
   OBSERVED_CHANNEL,
@@ -272,16 +273,20 @@ export class Observer implements Reconciler<ObservedKey> {
         return null;
       }
     })();
-    const compose = (async (): Promise<boolean | null> => {
-      if (!port) return null;
+    const texts = (async (): Promise<{ installed: string | null; published: string | null }> => {
+      if (!port) return { installed: null, published: null };
       // Without PUBLISHED_COMPOSE_URL the published file is the one the newest image ships.
       const published = remote.then((digest) => port.publishedComposeFile(channel, digest));
       const [local, fetched] = await Promise.allSettled([port.localComposeFile(), published]);
       if (local.status === 'rejected') errors.push(`local compose file unreadable: ${message(local.reason)}`);
       if (fetched.status === 'rejected') errors.push(`published compose file unavailable: ${message(fetched.reason)}`);
-      if (local.status === 'rejected' || fetched.status === 'rejected') return null;
-      return local.value !== fetched.value;
+      return { installed: local.status === 'fulfilled' ? local.value : null, published: fetched.status === 'fulfilled' ? fetched.value : null };
     })();
+    const compose = texts.then(({ installed, published }) => (installed === null || published === null ? null : installed !== published));
+    // What an update to the remote build would meet, for the preflight report (docs/adr/0054-preflight-report.md).
+    const preflight = Promise.all([remote, texts]).then(([remoteDigest, t]) =>
+      port ? observePreflight({ db, port, repository: this.deps.repository }, { currentImageId: version.imageId, remoteDigest, ...t }) : undefined,
+    );
     // Read beside the compose files: the check's answer says whether an update would be refused.
     const signature = remote.then(async (digest): Promise<SignatureObservation> => {
       const checker = this.deps.signatures;
@@ -290,7 +295,7 @@ export class Observer implements Reconciler<ObservedKey> {
       const check = await checker.check(`${this.deps.repository}:${channel}-latest`, digest);
       return { policy, verdict: check.policy === 'off' ? null : check.verdict };
     });
-    const [remoteDigest, composeChanged, signatureCheck] = await Promise.all([remote, compose, signature]);
+    const [remoteDigest, composeChanged, signatureCheck, preflightFacts] = await Promise.all([remote, compose, signature, preflight]);
     const availability = updateAvailableCondition({ channel, currentDigest, remoteDigest }, at);
     const updateAvailable = availability.status === 'True';
     const failure = registryFailure as { missing: boolean; message: string } | null;
@@ -311,7 +316,8 @@ export class Observer implements Reconciler<ObservedKey> {
       },
     ];
     await db.transaction().execute(async (tx) => {
-      await writeObserved(tx, 'channel', { data: { channel, currentDigest, remoteDigest, composeChanged, errors, signature: signatureCheck }, conditions, ...begun });
+      const data = { channel, currentDigest, remoteDigest, composeChanged, errors, signature: signatureCheck, ...(preflightFacts ? { preflight: preflightFacts } : {}) };
+      await writeObserved(tx, 'channel', { data, conditions, ...begun });
       // Once per remote digest (the event id names it): every later observation of it queues nothing.
       if (updateAvailable) {
         await enqueueNotification(tx, { type: 'update.available', eventId: `update.available:${remoteDigest}`, data: { channel, currentDigest, remoteDigest, composeChanged } });

@@ -86,6 +86,13 @@ args=()
 if [ "$rig" = 1 ]; then
   args+=(--build-arg NODE_IMAGE=installer-rig/node:24 --build-arg DOCKER_CLI_IMAGE=installer-rig/docker-cli:latest)
 fi
+# What the build declares (docs/adr/0054-preflight-report.md): its version (package.json's, with the
+# sources' hash, so two builds of other sources never share one), and the oldest engine API it runs
+# on, read from the one place that declares it.
+version=$(node -p "require('$root/package.json').version")
+engine_min=$(sed -n "s/^export const MIN_ENGINE_API = '\([0-9.]*\)';.*/\1/p" "$root/src/adapters/engine-version.ts")
+[ -n "$engine_min" ] || { echo "build-image: MIN_ENGINE_API not found in src/adapters/engine-version.ts" >&2; exit 1; }
+args+=(--label "org.opencontainers.image.version=$version+${sources_hash:0:12}" --label "io.installer.engine-api-min=$engine_min")
 tag_args=()
 for t in "${tags[@]}"; do tag_args+=(-t "$t"); done
 # The legacy builder: it needs no buildx plugin and never pulls a base that exists locally.

@@ -44,6 +44,24 @@ export async function firstFileOfTar(archive: Buffer | Readable): Promise<Buffer
   return found;
 }
 
+/** Every regular file of a tar archive: its path in the archive and its content, up to `maxBytes` in all. */
+export async function filesOfTar(archive: Readable, maxBytes: number): Promise<{ name: string; content: Buffer }[]> {
+  const extract = tar.extract();
+  const files: { name: string; content: Buffer }[] = [];
+  let total = 0;
+  extract.on('entry', (header, stream, next) => {
+    if (header.type !== 'file' && header.type !== 'contiguous-file') return void stream.on('end', () => next()).resume();
+    total += header.size ?? 0;
+    if (total > maxBytes) return next(new Error(`the archive holds more than ${maxBytes} bytes of files`));
+    collect(stream).then((content) => {
+      files.push({ name: header.name, content });
+      next();
+    }, next);
+  });
+  await pipeline(archive, extract);
+  return files;
+}
+
 async function collect(stream: Readable): Promise<Buffer> {
   const parts: Buffer[] = [];
   for await (const c of stream) parts.push(Buffer.isBuffer(c) ? c : Buffer.from(c as string));

@@ -8,11 +8,13 @@
 import type Docker from 'dockerode';
 import { createHash, randomBytes } from 'node:crypto';
 import type { Readable } from 'node:stream';
-import { firstFileOfTar } from './compose-source.ts';
+import { filesOfTar, firstFileOfTar } from './compose-source.ts';
 import { engineMessage, statusOf } from './engine-errors.ts';
 
 /** The label every reader carries, `io.installer.role`: a one-off reader of an image's file. */
 export const READER_ROLE = 'compose-reader';
+/** The label value of a one-off reader of a directory of an image (a build's migrations). */
+export const BUILD_READER_ROLE = 'build-reader';
 /** The label value of the kept reader of the work dir. */
 export const KEPT_READER_ROLE = 'work-dir-reader';
 
@@ -43,6 +45,23 @@ export async function readThroughContainer(docker: Docker, image: string, file: 
     return await readArchive(reader, file);
   } catch (err) {
     throw new Error(`cannot read ${file}: ${engineMessage(err)}`);
+  } finally {
+    await reader.remove({ force: true }).catch(() => {});
+  }
+}
+
+/** The files of a directory of `image` (at most `maxBytes` in all), through a created, never started container removed afterwards. */
+export async function readDirThroughContainer(docker: Docker, image: string, dir: string, maxBytes: number): Promise<{ name: string; content: Buffer }[]> {
+  let reader: Docker.Container;
+  try {
+    reader = await docker.createContainer(readerSpec(`installer-build-reader-${randomBytes(4).toString('hex')}`, image, BUILD_READER_ROLE, []));
+  } catch (err) {
+    throw new Error(`cannot read ${dir}: ${engineMessage(err)}`);
+  }
+  try {
+    return await filesOfTar((await reader.getArchive({ path: dir })) as unknown as Readable, maxBytes);
+  } catch (err) {
+    throw new Error(`cannot read ${dir}: ${engineMessage(err)}`);
   } finally {
     await reader.remove({ force: true }).catch(() => {});
   }

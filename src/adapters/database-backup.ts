@@ -6,8 +6,9 @@
 // its data directory into the same volume, mounted in the backend. Either way the last N are kept,
 // and the backups an unresolved schema alarm names besides; a volume without room for the next
 // backup fails it before it starts (docs/adr/0045-migrations-checked-for-the-old-build.md).
+import type { BackupRoom } from '../contracts/preflight-report.ts';
 import type Docker from 'dockerode';
-import { mkdir, readdir, rename, rm, statfs, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, rename, rm, stat, statfs, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Writable, type Readable } from 'node:stream';
 import { engineMessage } from './engine-errors.ts';
@@ -51,7 +52,10 @@ export interface DatabaseBackup {
    * `keep` and every file named in `alarmed` (the backups unresolved schema alarms name).
    */
   backup(fromDigest: string | null, keep: number, alarmed?: readonly string[]): Promise<BackupResult>;
+  /** Free bytes where the next backup goes, and its estimated size (null before there is anything to estimate from). */
+  room(): Promise<BackupRoom>;
 }
+
 
 /** Binary units to one decimal, as the space check words them. */
 export function bytes(n: number): string {
@@ -222,6 +226,11 @@ export class PostgresContainerBackup implements DatabaseBackup {
     return { free, newest, database };
   }
 
+  async room(): Promise<BackupRoom> {
+    const room = await this.space(await this.container());
+    return { free: room.free, estimate: estimateNextBackup(room.newest, room.database) };
+  }
+
   async backup(fromDigest: string | null, keep: number, alarmed: readonly string[] = []): Promise<BackupResult> {
     const c = await this.container();
     const file = backupFileName(new Date(), fromDigest, 'dump');
@@ -266,6 +275,15 @@ export class EmbeddedBackup implements DatabaseBackup {
 
   get location(): string {
     return this.dir;
+  }
+
+  /** The copy's size is known only once taken: the newest backup's times the margin stands in for it. */
+  async room(): Promise<BackupRoom> {
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    const fs = await statfs(this.dir);
+    const ours = await Promise.all((await readdir(this.dir)).filter((n) => NAME.test(n)).sort().slice(-1).map((n) => stat(path.join(this.dir, n))));
+    const newest = ours[0]?.size ?? null;
+    return { free: fs.bavail * fs.bsize, estimate: newest === null ? null : estimateNextBackup(newest, 0) };
   }
 
   async backup(fromDigest: string | null, keep: number, alarmed: readonly string[] = []): Promise<BackupResult> {

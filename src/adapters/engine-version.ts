@@ -3,6 +3,7 @@
 // stops the process with one line saying what to upgrade; the observer's facts of the engine carry
 // the verdict to diagnostics.
 import type Docker from 'dockerode';
+import { apiVersionAtLeast } from '../contracts/engine-api.ts';
 
 /** The oldest engine API this build speaks: Engine 20.10's, the oldest engine the suite runs on. */
 export const MIN_ENGINE_API = '1.41';
@@ -11,10 +12,7 @@ export const MIN_ENGINE_RELEASE = '20.10';
 
 /** Whether an engine API version ("1.45") is at least `min`; false for anything that is not one. */
 export function apiAtLeast(have: string, min: string = MIN_ENGINE_API): boolean {
-  const parse = (v: string) => (/^\d+\.\d+$/.test(v) ? v.split('.').map(Number) : null);
-  const [h, m] = [parse(have), parse(min)];
-  if (!h || !m) return false;
-  return h[0]! !== m[0]! ? h[0]! > m[0]! : h[1]! >= m[1]!;
+  return apiVersionAtLeast(have, min);
 }
 
 export type EngineSupport =

@@ -9,6 +9,8 @@ import { readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import type { RuntimePort, SelfUpdatePort } from '../contracts/ports.ts';
+import type { BackupRoom, BuildDeclaration } from '../contracts/preflight-report.ts';
+import { BuildFactsReader } from './build-facts.ts';
 import type { BackupResult, DatabaseBackup } from './database-backup.ts';
 import { ensureSafeDir, readSafeFile, UNSAFE_STAGING } from './staging-dir.ts';
 import { engineMessage, isNotFound, registryMessage, statusOf } from './engine-errors.ts';
@@ -89,6 +91,7 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
   ) {
     this.helpers = new HelperContainers(docker);
     this.workDirReader = new KeptReader(docker, s.workDir);
+    this.builds = new BuildFactsReader(docker);
   }
 
   private readonly helpers: HelperContainers;
@@ -97,6 +100,17 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
   async backupDatabase(fromDigest: string | null, keep: number, alarmed: readonly string[] = []): Promise<BackupResult> {
     if (!this.databaseBackup) throw new Error('no database backup is set up for this installer');
     return this.databaseBackup.backup(fromDigest, keep, alarmed);
+  }
+
+  async backupRoom(): Promise<BackupRoom> {
+    if (!this.databaseBackup) throw new Error('no database backup is set up for this installer');
+    return this.databaseBackup.room();
+  }
+
+  private readonly builds: BuildFactsReader;
+
+  buildDeclaration(reference: string): Promise<BuildDeclaration | null> {
+    return this.builds.of(reference);
   }
 
   /** Files read out of images, by image id and path; the oldest goes first once the cache is full. */

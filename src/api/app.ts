@@ -32,6 +32,7 @@ import { machineRoutes } from './routes/machines.ts';
 import { uiRoutes } from './ui.ts';
 import { updateHistoryRoutes } from './routes/update-history.ts';
 import { systemRoutes } from './routes/system.ts';
+import { preflightReportRoutes } from './routes/preflight-report.ts';
 import { updatePolicyRoutes } from './routes/update-policy.ts';
 import { observabilityRoutes } from './routes/observability.ts';
 import { tlsRoutes } from './routes/tls.ts';
@@ -257,6 +258,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await api.register(machineRoutes, { machines: deps.machines });
     await api.register(systemRoutes);
     await api.register(updateHistoryRoutes);
+    await api.register(preflightReportRoutes);
     await api.register(updatePolicyRoutes);
     await api.register(observabilityRoutes, { metrics, diagnostics: deps.diagnostics });
     await api.register(tlsRoutes, { tls: deps.tls });

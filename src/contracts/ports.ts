@@ -3,6 +3,7 @@
 // the UI do not depend on the API's folder. main.ts wires the adapters in, so routes never import
 // dockerode or the file system directly.
 import type { ActorKind } from './audit.ts';
+import type { BackupRoom, BuildDeclaration } from './preflight-report.ts';
 
 export interface VersionInfo {
   /** False when the installer does not run in a container (development): then no image is reported. */
@@ -135,6 +136,10 @@ export interface SelfUpdatePort {
    * with `code` `compose-pending` and pulls the image in the background.
    */
   publishedComposeFile(channel: string | null, newestDigest: string | null): Promise<string>;
+  /** What the local image `reference` declares (labels, migrations); null when the engine does not hold it (docs/adr/0054-preflight-report.md). */
+  buildDeclaration(reference: string): Promise<BuildDeclaration | null>;
+  /** Free space where the pre-switch backup goes, and its estimated size. */
+  backupRoom(): Promise<BackupRoom>;
 }
 
 /**

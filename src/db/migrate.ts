@@ -70,7 +70,8 @@ export function migrateDatabase(database: Database, dir = MIGRATIONS_DIR): Promi
   return database.withoutTimeouts((db) => migrateToLatest(db, dir));
 }
 
-async function executedMigrations(db: Kysely<any>): Promise<string[]> {
+/** The names of the migrations this database has applied, in order. */
+export async function executedMigrations(db: Kysely<any>): Promise<string[]> {
   const exists = await sql<{ present: boolean }>`select to_regclass(${MIGRATION_TABLE}) is not null as present`.execute(db);
   if (!exists.rows[0]?.present) return [];
   const rows = await db.selectFrom(MIGRATION_TABLE).select('name').orderBy('name').execute();

@@ -9,6 +9,7 @@ import type { Database } from '../db/database.ts';
 import { LazyListen } from './lazy-listen.ts';
 import type { ContainerView, VersionInfo } from '../contracts/ports.ts';
 import type { Condition } from '../contracts/conditions.ts';
+import type { ObservedPreflight } from '../contracts/preflight-report.ts';
 import type { SignatureObservation } from '../contracts/signatures.ts';
 
 export const OBSERVED_CHANNEL = 'observed_refresh';
@@ -52,6 +53,8 @@ export interface ObservedData {
     errors: string[];
     /** The remote build's signature as checked (docs/adr/0053-signed-builds.md); absent in rows of older builds. */
     signature?: SignatureObservation;
+    /** What an update to the remote build would meet (docs/adr/0054-preflight-report.md); absent in rows of older builds. */
+    preflight?: ObservedPreflight;
   };
   /** The engine's reachability and facts (diagnostics), and the installer project's containers. */
   engine: { reachable: boolean; facts: Record<string, unknown> | null; error?: string; installerContainers: ContainerView[]; installerContainersError?: string };

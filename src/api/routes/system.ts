@@ -9,7 +9,7 @@ import { ageOf } from '../../state/observed.ts';
 import { failedTargetWarning, PREFLIGHT_ENDED, type SelfUpdateView } from '../../state/self-update.ts';
 import { AppError, badRequest, conflict, unavailable } from '../../errors.ts';
 import { INSTANCE_HEADER } from '../../contracts/instance.ts';
-import { NOT_VERIFIED, refusedBySignature, SIGNATURE_POLICIES, SIGNATURE_RESULTS, type SignatureObservation } from '../../contracts/signatures.ts';
+import { signatureAnswer, signatureSchema } from '../signature-answer.ts';
 
 const lastUpdateSchema = z.object({
   status: z.string().nullable().describe('started, completed, rolled-back, neither or undecided; null if never updated'),
@@ -27,15 +27,7 @@ const checkSchema = z.object({
   error: z.string().optional(),
   warning: z.string().optional().describe('present when the remote digest is the build the last update tried and did not keep (it rolled back)'),
   lastUpdate: lastUpdateSchema,
-  signature: z
-    .object({
-      policy: z.enum(SIGNATURE_POLICIES).describe('SIGNATURE_POLICY: off, warn or require'),
-      result: z.enum(SIGNATURE_RESULTS).nullable().describe('the remote build\'s verdict; null when nothing was checked'),
-      detail: z.string(),
-      keyId: z.string().optional().describe('the trusted key that verified it'),
-      refused: z.boolean().describe('true when an update to the remote build would be aborted in preflight (require, not verified)'),
-    })
-    .describe("the remote build's signature (docs/adr/0053-signed-builds.md)"),
+  signature: signatureSchema,
   ...ageFields,
 });
 
@@ -45,14 +37,6 @@ const startSchema = z.object({
   message: z.string(),
   jobId: z.string().nullable().optional().describe('the update\'s job: its transcript at /api/deployment/jobs/{jobId}/logs'),
 });
-
-/** The check's `signature`: the observer's verdict, or why there is none. */
-function signatureAnswer(seen: SignatureObservation | undefined) {
-  if (!seen || seen.policy === 'off') return { policy: 'off' as const, result: null, detail: NOT_VERIFIED, refused: false };
-  if (!seen.verdict) return { policy: seen.policy, result: null, detail: "nothing to verify: the channel's newest build is not known", refused: false };
-  const { result, detail, keyId } = seen.verdict;
-  return { policy: seen.policy, result, detail, ...(keyId ? { keyId } : {}), refused: refusedBySignature(seen) };
-}
 
 /** How long a request may wait to be claimed before it is withdrawn (no controller is running). */
 const CLAIM_TIMEOUT_MS = 10_000;

@@ -11,6 +11,7 @@ import type { RuntimePort, VersionInfo } from '../../../src/contracts/ports.ts';
 import type { SelfUpdateEngine } from '../../../src/adapters/self-update.ts';
 import type { HelperExit, HelperSpec } from '../../../src/adapters/self-update-helper.ts';
 import type { BackupResult } from '../../../src/adapters/database-backup.ts';
+import type { BackupRoom, BuildDeclaration } from '../../../src/contracts/preflight-report.ts';
 import type { TestDatabase } from '../shared/db.ts';
 import { expect } from 'vitest';
 import { startTestApp, TEST_SECRETS } from './app.ts';
@@ -114,6 +115,17 @@ export class FakeEngine implements SelfUpdateEngine {
     this.publishedFor.push({ channel, imageId });
     if (this.published instanceof Error) throw this.published;
     return this.published;
+  }
+  /** What each local image declares (by reference); a reference not here is not local. Not counted in `calls`: the observer reads it at every check. */
+  declarations = new Map<string, BuildDeclaration>();
+  async buildDeclaration(reference: string): Promise<BuildDeclaration | null> {
+    return this.declarations.get(reference) ?? null;
+  }
+  /** Where the pre-switch backup would go; not counted in `calls` either. */
+  room: BackupRoom | Error = { free: 8 * 1024 ** 3, estimate: { bytes: 2 * 1024 ** 2, basis: "the database's size, there being no backup yet" } };
+  async backupRoom(): Promise<BackupRoom> {
+    if (this.room instanceof Error) throw this.room;
+    return this.room;
   }
   async ownCompose() {
     this.check('ownCompose');

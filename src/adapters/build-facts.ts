@@ -1,0 +1,49 @@
+// What a build (an installer image) declares about itself, read from the engine for the preflight
+// report (docs/adr/0054-preflight-report.md): its labels, and the schema migrations it ships with
+// whether each is a contract step (the mark the migrations check reads, src/db/migration-rules.ts).
+// An image never changes, so each is read once per image id.
+import type Docker from 'dockerode';
+import type { BuildDeclaration } from '../contracts/preflight-report.ts';
+import { readDirThroughContainer } from './container-files.ts';
+import { engineMessage, statusOf } from './engine-errors.ts';
+
+/** Where an image keeps its compiled migrations (deploy/Dockerfile copies dist/ to /usr/src/app/dist). */
+export const IMAGE_MIGRATIONS_DIR = '/usr/src/app/dist/migrations';
+/** The migrations of an image are a few KiB each; more than this in all is not read. */
+const MAX_MIGRATIONS_BYTES = 4 * 1024 * 1024;
+const CACHE_SIZE = 8;
+
+
+/** Whether a compiled migration marks itself a contract step (`export const step = 'contract'`). */
+export function isContractStep(source: string): boolean {
+  return /export\s+const\s+step\s*=\s*['"]contract['"]/.test(source);
+}
+
+export class BuildFactsReader {
+  private readonly cache = new Map<string, BuildDeclaration>();
+
+  constructor(private readonly docker: Docker) {}
+
+  /** The facts of the local image `reference` names; null when the engine does not hold it. */
+  async of(reference: string): Promise<BuildDeclaration | null> {
+    let image: Docker.ImageInspectInfo;
+    try {
+      image = await this.docker.getImage(reference).inspect();
+    } catch (err) {
+      if (statusOf(err) === 404) return null;
+      throw new Error(`cannot inspect ${reference}: ${engineMessage(err)}`);
+    }
+    const cached = this.cache.get(image.Id);
+    if (cached) return cached;
+    const files = await readDirThroughContainer(this.docker, image.Id, IMAGE_MIGRATIONS_DIR, MAX_MIGRATIONS_BYTES);
+    const migrations = files
+      .map((f) => ({ file: f.name.split('/').pop() ?? '', content: f.content }))
+      .filter((f) => /^\d{4}_[a-z0-9_]+\.js$/.test(f.file))
+      .map((f) => ({ name: f.file.replace(/\.js$/, ''), contract: isContractStep(f.content.toString('utf8')) }))
+      .sort((a, b) => a.name.localeCompare(b.name));
+    const facts: BuildDeclaration = { imageId: image.Id, labels: image.Config?.Labels ?? {}, migrations };
+    this.cache.set(image.Id, facts);
+    while (this.cache.size > CACHE_SIZE) this.cache.delete(this.cache.keys().next().value!);
+    return facts;
+  }
+}
