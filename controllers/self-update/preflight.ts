@@ -13,6 +13,7 @@ import { resolveChannel } from '../../src/config.ts';
 import { currentMigration } from '../../src/db/migrate.ts';
 import { recordFinished, recordStarted } from '../../src/state/actions.ts';
 import { conflictOf } from '../../src/state/exclusion.ts';
+import { reportBlocks } from '../../src/state/preflight.ts';
 import { activeQuarantine, liftQuarantine } from '../../src/state/update-policy.ts';
 import { POLICY_ACTOR } from '../../src/auth/actor.ts';
 import { conflict } from '../../src/errors.ts';
@@ -81,7 +82,13 @@ export function preflightActors(d: SelfUpdateDeps, { req, log, say, noteChange }
     checkPreconditions: fromPromise<void, { running: RunningImage | null; target: UpdateTarget | null }>(async ({ input }) => {
       const r = input.running;
       await checkDecided(d, req, input.target);
-      if (input.target) await checkSignature(d, input.target, say, log);
+      if (input.target) {
+        await checkSignature(d, input.target, say, log);
+        // What the preflight report blocks (docs/adr/0054-preflight-report.md), as the last observation
+        // of this build found it; its signature was checked live just above.
+        const blocks = await reportBlocks(db, input.target.digest, ['signature']);
+        if (blocks.length) throw conflict(`the preflight report blocks it: ${blocks.map((b) => `${b.id}: ${b.sentence}`).join('; ')}`);
+      }
       if (!r?.inContainer || !r.imageId) throw new Error('the installer does not run in a container: there is no image to pin and no compose project to switch');
       const own = await engine.ownCompose();
       if (!own || own.project !== settings.project) {
@@ -234,7 +241,8 @@ async function checkSignature(d: SelfUpdateDeps, target: UpdateTarget, say: Pref
   const v = check.verdict;
   await say(outputLine(`signature: ${v.result}: ${v.detail}`, v.result === 'verified' ? 'stdout' : 'stderr'));
   if (v.result === 'verified') return;
-  if (check.policy === 'require') throw new Error(`the target build is not verified (${v.result}): ${v.detail}; SIGNATURE_POLICY=require refuses it`);
+  // A block of the preflight report: refused as a conflict (409), as every block is.
+  if (check.policy === 'require') throw conflict(`the target build is not verified (${v.result}): ${v.detail}; SIGNATURE_POLICY=require refuses it`);
   log.warn({ result: v.result, digest: target.digest }, `the target build is not verified, and SIGNATURE_POLICY=warn lets the update go on: ${v.detail}`);
 }
 

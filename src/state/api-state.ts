@@ -5,6 +5,7 @@
 // The API gets both through one Fastify plugin (src/api/state-plugin.ts). No route holds the
 // database, the sealer or the job event log the controllers append to: a job's events are read
 // through `jobs.events`, which can only read and wake.
+import { preflightFacts } from './preflight.ts';
 import type { Database } from '../db/database.ts';
 import type { RecordedActor } from '../auth/actor.ts';
 import { actionExists, AuditTrailPages, lastActionOfEachKind, listActionsPage, type ActionFilter, type ActionRow } from './actions.ts';
@@ -14,7 +15,7 @@ import { requestHostMigration, VM_USER_SETTING } from './host-migration.ts';
 import type { JobEventLog } from './job-events.ts';
 import { createJob, getJob, lastJobEnd, listJobs, queueState } from './jobs.ts';
 import { addEndpoint, changeEndpoint, enqueueTest, listDeliveries, listEndpoints, removeEndpoint } from './notifications.ts';
-import { observeNow, ObservedWrites, readFresh, readObserved, type FreshnessNeed, type ObservedKey } from './observed.ts';
+import { observeNow, ObservedWrites, readFresh, readObserved, type FreshnessNeed, type ObservedKey, type ObservedRow } from './observed.ts';
 import { finishedJobDurations, jobCounts, recentActions, recentJobs, recentSelfUpdates, selfUpdateCounts } from './observability.ts';
 import { pendingConfigChanges, putConfigChanges, recordConfigReveal, type Sealer } from './platform-config.ts';
 import { getSelfUpdate, lastUpdate, requestSelfUpdate, withdrawUnclaimed } from './self-update.ts';
@@ -71,6 +72,8 @@ export function readModels({ database, sealer, events }: ApiStateDeps) {
     selfUpdate: {
       get: (requestId: string) => getSelfUpdate(db, requestId),
       last: () => lastUpdate(db),
+      /** The preflight report's facts for an observation of the channel (docs/adr/0054-preflight-report.md). */
+      preflightFacts: (channel: ObservedRow<'channel'>) => preflightFacts(db, channel),
     },
     updateHistory: {
       exists: (requestId: string) => historyEntryExists(db, requestId),

@@ -3,7 +3,7 @@
 // here on a real Postgres, the engine facts are the machine engine's; the registry, the images'
 // declarations and the backups volume are in memory.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REPO, SERVICE_CALLER, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
+import { postSelfUpdate, REPO, SERVICE_CALLER, startSelfUpdateApp, type SelfUpdateApp } from '../helpers/api/self-update.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
 import { executedMigrations } from '../../src/db/migrate.ts';
 import { quarantineDigest } from '../../src/state/update-policy.ts';
@@ -84,6 +84,12 @@ describe('GET /api/system/self-update/preflight', () => {
     expect(r.checks.find((c) => c.id === 'disk')).toEqual({ id: 'disk', level: 'block', sentence: "the pre-switch backup needs about 3.0 MiB (the last backup's 2.4 MiB times 1.25) and 1.0 MiB is free: free space or lower SELF_UPDATE_BACKUPS_KEEP" });
     expect(r.quarantine).toMatchObject({ outcome: 'rolled-back' });
     expect(level(r, 'quarantine')).toBe('warn');
+    // A start the report blocks is refused with 409 naming each block, before anything changes.
+    const before = t.engine.calls.length;
+    const start = await postSelfUpdate(t);
+    expect(start.statusCode, start.body).toBe(409);
+    expect(start.json().message).toMatch(/^self-update not started: checking: the preflight report blocks it: engine: the engine is .+, below the API 9\.99 the target needs: .+; disk: the pre-switch backup needs about 3\.0 MiB .+; nothing was changed$/);
+    for (const step of ['backupDatabase', 'pullByDigest', 'tag', 'writeStaged', 'spawnHelper']) expect(t.engine.calls.slice(before), step).not.toContain(step);
     // A backups volume that cannot be read is a warning naming why, never a failed report.
     t.engine.room = new Error('the installer-postgres container is not running');
     expect((await report()).checks.find((c) => c.id === 'disk')).toEqual({ id: 'disk', level: 'warn', sentence: 'the free space for the pre-switch backup is not known: the installer-postgres container is not running' });

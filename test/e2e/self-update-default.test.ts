@@ -258,8 +258,8 @@ describe('the same install with signing keys in its .env', () => {
     });
     expect(c.signature).toEqual({ policy: 'require', result: 'no-signature', detail: expect.stringContaining('has no signature in'), refused: true });
     const refused = await startUpdate();
-    expect(refused.status, JSON.stringify(refused.body)).toBe(503);
-    expect((refused.body as { message: string }).message).toMatch(/^self-update aborted in preflight: checking: the target build is not verified \(no-signature\): .+; SIGNATURE_POLICY=require refuses it; nothing was changed$/);
+    expect(refused.status, JSON.stringify(refused.body)).toBe(409);
+    expect((refused.body as { message: string }).message).toMatch(/^self-update not started: checking: the target build is not verified \(no-signature\): .+; SIGNATURE_POLICY=require refuses it; nothing was changed$/);
     // Nothing changed: no helper started, the rollback tag where it was, the same backend.
     expect((await helperState())?.id ?? null).toBe(helperBefore);
     expect(await localDigest(images.ref('rollback'))).toBe(rollbackBefore);

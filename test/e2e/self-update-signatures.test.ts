@@ -72,17 +72,17 @@ describe('the target build verified in preflight', () => {
     expect(u.engine.calls).toContain('pullByDigest');
   });
 
-  it('require refuses an unsigned build: aborted, naming the cause, before anything changed', async () => {
+  it('require refuses an unsigned build: aborted, naming the cause, before anything changed (409: a block of the preflight report)', async () => {
     const u = await updateTo('unsigned', { SIGNATURE_PUBLIC_KEYS_FILE: keys.trusted, SIGNATURE_POLICY: 'require' });
-    expect(u.status).toBe(503);
-    expect(u.body.message).toMatch(/^self-update aborted in preflight: checking: the target build is not verified \(no-signature\): the build sha256:[0-9a-f]{12}… has no signature in .*; SIGNATURE_POLICY=require refuses it; nothing was changed$/);
+    expect(u.status).toBe(409);
+    expect(u.body.message).toMatch(/^self-update not started: checking: the target build is not verified \(no-signature\): the build sha256:[0-9a-f]{12}… has no signature in .*; SIGNATURE_POLICY=require refuses it; nothing was changed$/);
     expect(u.lines).toEqual([expect.stringMatching(/^signature: no-signature: /)]);
     for (const step of ['backupDatabase', 'pullByDigest', 'tag', 'writeStaged', 'spawnHelper']) expect(u.engine.calls, step).not.toContain(step);
   });
 
   it('require refuses a build signed by a key it does not trust', async () => {
     const u = await updateTo('stranger', { SIGNATURE_PUBLIC_KEYS_FILE: keys.trusted });
-    expect(u.status).toBe(503);
+    expect(u.status).toBe(409);
     expect(u.body.message).toContain('not verified (unknown-key): the build');
     expect(u.body.message).toContain('is signed, but by no trusted key (trusted.pub');
     expect(u.engine.calls).not.toContain('pullByDigest');

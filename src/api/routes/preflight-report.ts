@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { ageFields, CHANNEL_CHECK_WAIT_MS } from '../observed-reads.ts';
 import { ageOf } from '../../state/observed.ts';
 import { unavailable } from '../../errors.ts';
-import { CHECK_LEVELS, preflightChecks, REPORT_CHECKS, type PreflightFacts } from '../../contracts/preflight-report.ts';
+import { CHECK_LEVELS, preflightChecks, REPORT_CHECKS } from '../../contracts/preflight-report.ts';
 import { signatureAnswer, signatureSchema } from '../signature-answer.ts';
 
 const build = z.object({ digest: z.string().nullable(), version: z.string().nullable().describe('its org.opencontainers.image.version label') });
@@ -47,26 +47,13 @@ export const preflightReportRoutes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async () => {
-      const [{ row, fresh }, engineRow, policy] = await Promise.all([reads.observed.now('channel', CHANNEL_CHECK_WAIT_MS), reads.observed.current('engine'), reads.updatePolicy.get()]);
-      if (!fresh || !row?.data) throw unavailable(`the channel could not be observed within ${CHANNEL_CHECK_WAIT_MS / 1000} s: no observer answered (is the installer's controller running?)`);
-      const c = row.data;
+      const { row, fresh } = await reads.observed.now('channel', CHANNEL_CHECK_WAIT_MS);
+      const facts = fresh && row ? await reads.selfUpdate.preflightFacts(row) : null;
+      if (!row || !facts) throw unavailable(`the channel could not be observed within ${CHANNEL_CHECK_WAIT_MS / 1000} s: no observer answered (is the installer's controller running?)`);
+      const c = row.data!;
       const p = c.preflight;
-      const quarantined = c.remoteDigest ? (await reads.updatePolicy.quarantine({})).find((q) => q.digest === c.remoteDigest) : undefined;
-      const ef = engineRow?.data?.facts as { version?: string; apiVersion?: string; compose?: unknown } | null | undefined;
-      const engine = ef?.version && ef.apiVersion ? { version: ef.version, apiVersion: ef.apiVersion } : null;
-      const facts: PreflightFacts = {
-        channel: c.channel,
-        current: { digest: c.currentDigest, version: p?.currentVersion ?? null },
-        targetDigest: c.remoteDigest,
-        target: p?.target ?? null,
-        targetError: p ? p.targetError : 'this build of the observer gathers no report',
-        signature: c.signature ?? null,
-        compose: { changed: c.composeChanged, diff: p?.composeDiff ?? null, error: c.errors.filter((e) => e.includes('compose')).join('; ') || null },
-        engine: engine ?? { error: engineRow?.data?.error ?? 'not observed yet' },
-        disk: p?.disk ?? { error: 'not observed yet' },
-        quarantine: quarantined ? { reason: quarantined.outcome, at: quarantined.since.toISOString() } : null,
-        policy: { mode: policy.mode, decision: policy.status.decision, detail: policy.status.detail },
-      };
+      const engineRow = await reads.observed.current('engine');
+      const compose = (engineRow?.data?.facts as { compose?: unknown } | null | undefined)?.compose;
       const checks = preflightChecks(facts);
       return {
         channel: c.channel,
@@ -75,9 +62,9 @@ export const preflightReportRoutes: FastifyPluginAsyncZod = async (app) => {
         signature: signatureAnswer(c.signature),
         composeDiff: p?.composeDiff ?? null,
         migrations: p?.target?.pendingMigrations ?? null,
-        engine: engine ? { ...engine, compose: typeof ef?.compose === 'string' ? ef.compose : null, requiredApi: p?.target?.engineApiMin ?? null } : null,
+        engine: 'error' in facts.engine ? null : { ...facts.engine, compose: typeof compose === 'string' ? compose : null, requiredApi: p?.target?.engineApiMin ?? null },
         disk: p && !('error' in p.disk) ? { freeBytes: p.disk.free, backupEstimateBytes: p.disk.estimate, basis: p.disk.basis } : null,
-        quarantine: quarantined ? { outcome: quarantined.outcome, since: quarantined.since.toISOString() } : null,
+        quarantine: facts.quarantine ? { outcome: facts.quarantine.reason, since: facts.quarantine.at } : null,
         policy: facts.policy!,
         checks,
         blocked: checks.some((x) => x.level === 'block'),
