@@ -87,6 +87,13 @@ async function updateFromTheUi(shotName: string): Promise<HealthSeen> {
   await pill.click();
   const dialog = page.getByTestId('update-dialog');
   await dialog.waitFor();
+  // The preflight report of the real build (docs/adr/0054-preflight-report.md): its version label
+  // read from the running image, nothing that blocks.
+  const report = dialog.getByTestId('preflight-report');
+  await poll(() => report.getAttribute('aria-busy'), 60_000).toBeNull();
+  expect(await report.locator('[data-level]').count()).toBe(8);
+  expect(await dialog.getByTestId('preflight-target').textContent()).toMatch(/^✓pass: Build: an update from \d+\.\d+\.\d+\+[0-9a-f]{12} \(sha256:[0-9a-f]{12}…\) to /);
+  expect(await dialog.getByTestId('preflight-blocked').count()).toBe(0);
   const seen = watchHealth(page);
   await dialog.getByRole('button', { name: 'Update now' }).click();
   await page.getByTestId('update-overlay').waitFor();

@@ -16,8 +16,7 @@ import { NOT_VERIFIED } from '../../src/contracts/signatures.ts';
 
 const CURRENT = `sha256:${'a1'.repeat(32)}`;
 const REMOTE = `sha256:${'b2'.repeat(32)}`;
-/** The page's clock starts at the real time (whole second), so ages such as `12 s ago` read right. */
-let T0 = 0;
+let T0 = 0; // the page's clock starts at the real time (whole second), so ages such as `12 s ago` read right
 const MIN = 60_000;
 
 let p: PlatformProject;
@@ -44,13 +43,13 @@ interface Stand {
   /** The page's clock: every move waits for the page's requests to be answered, before and after. */
   clock: PageClock;
   health: { at: number }[];
-  /** What GET /api/health does now. */
-  healthUp: boolean;
+  healthUp: boolean; // what GET /api/health does now
   /** The process GET /api/health names as the one answering (`x-installer-instance`); none when null. */
   instance: string | null;
   check: Record<string, unknown>;
   /** What GET /api/system/self-update-check does now: answer, or refuse the connection. */
   checkUp: boolean;
+  report: Record<string, unknown>; // GET /api/system/self-update/preflight's answer (ui-preflight-report tests what the dialog makes of it)
   starts: number;
   documents: number;
 }
@@ -68,6 +67,7 @@ async function standIn(page: Page, opts: { realStart?: boolean } = {}): Promise<
       signature: { policy: 'off', result: null, detail: NOT_VERIFIED, refused: false },
     },
     checkUp: true,
+    report: { current: { digest: CURRENT, version: null }, target: { digest: REMOTE, version: null }, composeDiff: null, migrations: null, checks: [], blocked: false },
     starts: 0,
     documents: 0,
   };
@@ -79,6 +79,7 @@ async function standIn(page: Page, opts: { realStart?: boolean } = {}): Promise<
     if (s.checkUp) await route.fulfill({ json: s.check });
     else await route.abort('connectionrefused');
   });
+  await page.route('**/api/system/self-update/preflight', (route: Route) => route.fulfill({ json: s.report }));
   if (!opts.realStart) {
     await page.route('**/api/system/self-update', async (route: Route) => {
       if (route.request().method() !== 'POST') return route.fallback();

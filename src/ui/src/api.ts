@@ -3,6 +3,7 @@
 import type { ContainerView as Container } from '../../contracts/ports.ts';
 import type { ActorKind } from '../../contracts/audit.ts';
 import type { Condition } from '../../contracts/conditions.ts';
+import type { ReportCheck } from '../../contracts/preflight-report.ts';
 
 export type Role = 'viewer' | 'operator' | 'admin';
 const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
@@ -188,6 +189,16 @@ export interface SignatureCheck {
   keyId?: string;
   /** An update to the remote build would be aborted in preflight (require, not verified). */
   refused: boolean;
+}
+
+/** GET /api/system/self-update/preflight (docs/adr/0054-preflight-report.md). */
+export interface PreflightReport {
+  current: { digest: string | null; version: string | null };
+  target: { digest: string | null; version: string | null };
+  composeDiff: string | null;
+  migrations: { name: string; step: 'expand' | 'contract' }[] | null;
+  checks: ReportCheck[];
+  blocked: boolean;
 }
 
 export interface SelfUpdateStart {

@@ -1,10 +1,11 @@
 // The header pill `Manager update available`, its confirmation dialog and the restart overlay.
 import { useEffect, useLayoutEffect, useState } from 'preact/hooks';
-import { ApiError, request, type SelfUpdateCheck, type SelfUpdateStart, type SignatureCheck, type StartedUpdate } from '../api.ts';
+import { ApiError, request, type PreflightReport, type SelfUpdateCheck, type SelfUpdateStart, type SignatureCheck, type StartedUpdate } from '../api.ts';
 import { duration, shortDigest, time } from '../format.ts';
 import { INSTANCE_HEADER } from '../../../contracts/instance.ts';
 import { healthProbe, RestartWatcher, type WatchState } from '../update.ts';
 import { Dialog, useModal } from './common.tsx';
+import { PreflightReportView } from './preflight-report.tsx';
 
 export function UpdatePill(props: { check: SelfUpdateCheck | null; onStarted: (r: StartedUpdate) => void }) {
   const [open, setOpen] = useState(false);
@@ -38,6 +39,7 @@ function UpdateDialog(props: { check: SelfUpdateCheck; onClose: () => void; onSt
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<unknown>(null);
   const [result, setResult] = useState<SelfUpdateStart | null>(null);
+  const [report, setReport] = useState<PreflightReport | null>(null);
   const start = async () => {
     setBusy(true);
     setError(null);
@@ -60,7 +62,16 @@ function UpdateDialog(props: { check: SelfUpdateCheck; onClose: () => void; onSt
     );
   }
   return (
-    <Dialog title="Update the installer?" confirmLabel="Update now" busy={busy} error={error} onConfirm={() => void start()} onCancel={props.onClose} testid="update-dialog">
+    <Dialog
+      title="Update the installer?"
+      confirmLabel="Update now"
+      busy={busy}
+      confirmDisabled={report?.blocked === true}
+      error={error}
+      onConfirm={() => void start()}
+      onCancel={props.onClose}
+      testid="update-dialog"
+    >
       <p>
         The installer updates itself to the newest build of its channel: <code>{shortDigest(props.check.currentDigest)}</code> →{' '}
         <code>{shortDigest(props.check.remoteDigest)}</code>.
@@ -84,7 +95,9 @@ function UpdateDialog(props: { check: SelfUpdateCheck; onClose: () => void; onSt
         </p>
       )}
       {props.check.composeChanged && <p class="muted">The published compose file differs from this install's; the update installs the published one.</p>}
-      {props.check.signature && <SignatureLine signature={props.check.signature} />}
+      {/* The report's own signature line takes its place once read. */}
+      {props.check.signature && !report?.checks.some((c) => c.id === 'signature') && <SignatureLine signature={props.check.signature} />}
+      <PreflightReportView onReport={setReport} />
     </Dialog>
   );
 }
