@@ -20,7 +20,8 @@ export function isContractStep(source: string): boolean {
 }
 
 export class BuildFactsReader {
-  private readonly cache = new Map<string, BuildDeclaration>();
+  /** By image id: what it declares, or that it ships no migrations directory (an image never changes). */
+  private readonly cache = new Map<string, BuildDeclaration | Error>();
 
   constructor(private readonly docker: Docker) {}
 
@@ -34,16 +35,28 @@ export class BuildFactsReader {
       throw new Error(`cannot inspect ${reference}: ${engineMessage(err)}`);
     }
     const cached = this.cache.get(image.Id);
+    if (cached instanceof Error) throw cached;
     if (cached) return cached;
-    const files = await readDirThroughContainer(this.docker, image.Id, IMAGE_MIGRATIONS_DIR, MAX_MIGRATIONS_BYTES);
+    let files: { name: string; content: Buffer }[];
+    try {
+      files = await readDirThroughContainer(this.docker, image.Id, IMAGE_MIGRATIONS_DIR, MAX_MIGRATIONS_BYTES);
+    } catch (err) {
+      // A failure of the engine is tried again at the next read; a directory the image lacks is not.
+      if ((err as { absent?: boolean }).absent) this.remember(image.Id, err as Error);
+      throw err;
+    }
     const migrations = files
       .map((f) => ({ file: f.name.split('/').pop() ?? '', content: f.content }))
       .filter((f) => /^\d{4}_[a-z0-9_]+\.js$/.test(f.file))
       .map((f) => ({ name: f.file.replace(/\.js$/, ''), contract: isContractStep(f.content.toString('utf8')) }))
       .sort((a, b) => a.name.localeCompare(b.name));
     const facts: BuildDeclaration = { imageId: image.Id, labels: image.Config?.Labels ?? {}, migrations };
-    this.cache.set(image.Id, facts);
-    while (this.cache.size > CACHE_SIZE) this.cache.delete(this.cache.keys().next().value!);
+    this.remember(image.Id, facts);
     return facts;
+  }
+
+  private remember(imageId: string, what: BuildDeclaration | Error): void {
+    this.cache.set(imageId, what);
+    while (this.cache.size > CACHE_SIZE) this.cache.delete(this.cache.keys().next().value!);
   }
 }

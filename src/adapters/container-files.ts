@@ -61,7 +61,8 @@ export async function readDirThroughContainer(docker: Docker, image: string, dir
   try {
     return await filesOfTar((await reader.getArchive({ path: dir })) as unknown as Readable, maxBytes);
   } catch (err) {
-    throw new Error(`cannot read ${dir}: ${engineMessage(err)}`);
+    // `absent`: the image has no such directory, and never will (an image does not change).
+    throw Object.assign(new Error(`cannot read ${dir}: ${engineMessage(err)}`), { absent: statusOf(err) === 404 });
   } finally {
     await reader.remove({ force: true }).catch(() => {});
   }

@@ -84,6 +84,14 @@ async function updateFromTheUi(shotName: string): Promise<HealthSeen> {
   await page.getByTestId('user').waitFor();
   const pill = page.getByTestId('update-pill');
   await poll(() => pill.textContent()).toContain('Manager update available');
+  // The report knows the target's migrations once the check has pulled it in the background.
+  const pending = () =>
+    page.evaluate(async () => {
+      const token = sessionStorage.getItem('installer.token');
+      const r = await fetch('/api/system/self-update/preflight', { headers: { authorization: `Bearer ${token}` } });
+      return ((await r.json()) as { migrations: unknown[] | null }).migrations;
+    });
+  await poll(pending, 180_000).not.toBeNull();
   await pill.click();
   const dialog = page.getByTestId('update-dialog');
   await dialog.waitFor();
@@ -93,6 +101,8 @@ async function updateFromTheUi(shotName: string): Promise<HealthSeen> {
   await poll(() => report.getAttribute('aria-busy'), 60_000).toBeNull();
   expect(await report.locator('[data-level]').count()).toBe(8);
   expect(await dialog.getByTestId('preflight-target').textContent()).toMatch(/^✓pass: Build: an update from \d+\.\d+\.\d+\+[0-9a-f]{12} \(sha256:[0-9a-f]{12}…\) to /);
+  expect(await dialog.getByTestId('preflight-migrations').textContent()).toBe('✓pass: Migrations: no schema migration to apply');
+  expect(await dialog.getByTestId('preflight-engine').textContent()).toMatch(/^✓pass: Docker engine: the engine is .+; the target needs API \d+\.\d+ or newer$/);
   expect(await dialog.getByTestId('preflight-blocked').count()).toBe(0);
   const seen = watchHealth(page);
   await dialog.getByRole('button', { name: 'Update now' }).click();
