@@ -57,6 +57,25 @@ export interface DatabaseBackup {
 }
 
 
+/** How long a reading of the backup's room serves the preflight report: each is a few execs in the database's container (the backup checks its room live). */
+export const BACKUP_ROOM_TTL_MS = 60_000;
+
+/** `read`, answered from its last reading for `ttlMs`; a failed reading is not kept. */
+export function recentReading<T>(read: () => Promise<T>, ttlMs: number): () => Promise<T> {
+  let last: { at: number; value: Promise<T> } | null = null;
+  return () => {
+    if (!last || Date.now() - last.at > ttlMs) {
+      const value = read();
+      const reading = { at: Date.now(), value };
+      last = reading;
+      value.catch(() => {
+        if (last === reading) last = null;
+      });
+    }
+    return last.value;
+  };
+}
+
 /** Binary units to one decimal, as the space check words them. */
 export function bytes(n: number): string {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];

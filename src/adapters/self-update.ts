@@ -11,7 +11,7 @@ import { Readable } from 'node:stream';
 import type { RuntimePort, SelfUpdatePort } from '../contracts/ports.ts';
 import type { BackupRoom, BuildDeclaration } from '../contracts/preflight-report.ts';
 import { BuildFactsReader } from './build-facts.ts';
-import type { BackupResult, DatabaseBackup } from './database-backup.ts';
+import { BACKUP_ROOM_TTL_MS, recentReading, type BackupResult, type DatabaseBackup } from './database-backup.ts';
 import { ensureSafeDir, readSafeFile, UNSAFE_STAGING } from './staging-dir.ts';
 import { engineMessage, isNotFound, registryMessage, statusOf } from './engine-errors.ts';
 import { checkComposeText, checkPin, fetchComposeFile, imageComposePath } from './compose-source.ts';
@@ -92,6 +92,7 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
     this.helpers = new HelperContainers(docker);
     this.workDirReader = new KeptReader(docker, s.workDir);
     this.builds = new BuildFactsReader(docker);
+    this.room = databaseBackup ? recentReading(() => databaseBackup.room(), BACKUP_ROOM_TTL_MS) : null;
   }
 
   private readonly helpers: HelperContainers;
@@ -102,9 +103,11 @@ export class DockerSelfUpdateEngine implements SelfUpdateEngine {
     return this.databaseBackup.backup(fromDigest, keep, alarmed);
   }
 
+  private readonly room: (() => Promise<BackupRoom>) | null;
+
   async backupRoom(): Promise<BackupRoom> {
-    if (!this.databaseBackup) throw new Error('no database backup is set up for this installer');
-    return this.databaseBackup.room();
+    if (!this.room) throw new Error('no database backup is set up for this installer');
+    return this.room();
   }
 
   private readonly builds: BuildFactsReader;

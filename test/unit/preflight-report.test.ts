@@ -1,9 +1,10 @@
 // The preflight report's checks (docs/adr/0054-preflight-report.md): each fact read as pass, warn or
 // block with its sentence; the compose diff and the contract mark the observer reads.
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { preflightChecks, type PreflightFacts, type ReportCheckId } from '../../src/contracts/preflight-report.ts';
 import { composeDiff, MAX_DIFF_CHARS } from '../../controllers/observer/preflight-facts.ts';
 import { isContractStep } from '../../src/adapters/build-facts.ts';
+import { recentReading } from '../../src/adapters/database-backup.ts';
 
 const OLD = `sha256:${'a'.repeat(64)}`;
 const NEW = `sha256:${'b'.repeat(64)}`;
@@ -89,5 +90,29 @@ describe('what the observer reads for the report', () => {
     expect(isContractStep("export const step = 'contract';\nexport const release = '2.0.0';")).toBe(true);
     expect(isContractStep('export const step = "contract"')).toBe(true);
     expect(isContractStep("// a contract step would say: export const step = 'expand'\nexport async function up() {}")).toBe(false);
+  });
+});
+
+describe("the backup's room, read at most once a minute for the report", () => {
+  afterEach(() => vi.useRealTimers());
+
+  it('answers from the last reading until it is older than the bound; a failed reading is not kept', async () => {
+    vi.useFakeTimers({ now: 0 });
+    let reads = 0;
+    let fail = false;
+    const room = recentReading(async () => {
+      reads++;
+      if (fail) throw new Error('exec failed');
+      return reads;
+    }, 60_000);
+    expect(await room()).toBe(1);
+    vi.setSystemTime(59_000);
+    expect(await room()).toBe(1);
+    vi.setSystemTime(60_001);
+    fail = true;
+    await expect(room()).rejects.toThrow('exec failed');
+    fail = false;
+    expect(await room()).toBe(3);
+    expect(reads).toBe(3);
   });
 });
