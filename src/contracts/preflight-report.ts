@@ -125,6 +125,7 @@ export function preflightChecks(f: PreflightFacts): ReportCheck[] {
   else add('quarantine', 'pass', 'the target build is not quarantined');
 
   if (!f.policy) add('policy', 'pass', 'the update policy has not decided on this build yet');
-  else add('policy', 'pass', `the update policy (${f.policy.mode}) ${f.policy.decision ? `decided ${f.policy.decision}${f.policy.detail ? `: ${f.policy.detail}` : ''}` : 'has not decided yet'}`);
+  else if (f.policy.detail) add('policy', 'pass', `the update policy: ${f.policy.detail}`);
+  else add('policy', 'pass', `the update policy (${f.policy.mode}) ${f.policy.decision ? `decided ${f.policy.decision}` : 'has not decided yet'}`);
   return checks;
 }

@@ -71,6 +71,9 @@ describe('preflight checks', () => {
     expect(check({ ...good(), targetDigest: null, target: null }, 'target')).toMatchObject({ level: 'warn', sentence: "the channel's newest build is not known (prod-latest): a start cannot resolve what to install" });
     expect(check({ ...good(), targetDigest: OLD }, 'target').sentence).toContain('already runs the newest build of prod');
     expect(check({ ...good(), disk: { free: 30 * MiB, estimate: null, basis: 'its size is known once the first backup is taken' } }, 'disk').level).toBe('pass');
+    // The policy's own words when it has them, else its decision.
+    expect(check({ ...good(), policy: { mode: 'manual', decision: 'manual', detail: 'mode manual: updates are started by hand only' } }, 'policy').sentence).toBe('the update policy: mode manual: updates are started by hand only');
+    expect(check(good(), 'policy').sentence).toBe('the update policy (manual) decided announced');
   });
 });
 
