@@ -11,7 +11,8 @@ import { engineMessage, statusOf } from './engine-errors.ts';
 export const IMAGE_MIGRATIONS_DIR = '/usr/src/app/dist/migrations';
 /** The migrations of an image are a few KiB each; more than this in all is not read. */
 const MAX_MIGRATIONS_BYTES = 4 * 1024 * 1024;
-const CACHE_SIZE = 8;
+/** Entries by reference and by image id: a few builds each. */
+const CACHE_SIZE = 16;
 
 
 /** Whether a compiled migration marks itself a contract step (`export const step = 'contract'`). */
@@ -20,13 +21,19 @@ export function isContractStep(source: string): boolean {
 }
 
 export class BuildFactsReader {
-  /** By image id: what it declares, or that it ships no migrations directory (an image never changes). */
+  /** By image id and by the references read: what it declares, or that it ships no migrations directory (an image never changes). */
   private readonly cache = new Map<string, BuildDeclaration | Error>();
 
   constructor(private readonly docker: Docker) {}
 
-  /** The facts of the local image `reference` names; null when the engine does not hold it. */
+  /**
+   * The facts of the local image `reference` names for good (an image id, or `<repository>@<digest>`):
+   * read once, then answered without asking the engine; null while the engine does not hold it.
+   */
   async of(reference: string): Promise<BuildDeclaration | null> {
+    const known = this.cache.get(reference);
+    if (known instanceof Error) throw known;
+    if (known) return known;
     let image: Docker.ImageInspectInfo;
     try {
       image = await this.docker.getImage(reference).inspect();
@@ -36,13 +43,13 @@ export class BuildFactsReader {
     }
     const cached = this.cache.get(image.Id);
     if (cached instanceof Error) throw cached;
-    if (cached) return cached;
+    if (cached) return (this.remember([reference], cached), cached);
     let files: { name: string; content: Buffer }[];
     try {
       files = await readDirThroughContainer(this.docker, image.Id, IMAGE_MIGRATIONS_DIR, MAX_MIGRATIONS_BYTES);
     } catch (err) {
       // A failure of the engine is tried again at the next read; a directory the image lacks is not.
-      if ((err as { absent?: boolean }).absent) this.remember(image.Id, err as Error);
+      if ((err as { absent?: boolean }).absent) this.remember([reference, image.Id], err as Error);
       throw err;
     }
     const migrations = files
@@ -51,12 +58,12 @@ export class BuildFactsReader {
       .map((f) => ({ name: f.file.replace(/\.js$/, ''), contract: isContractStep(f.content.toString('utf8')) }))
       .sort((a, b) => a.name.localeCompare(b.name));
     const facts: BuildDeclaration = { imageId: image.Id, labels: image.Config?.Labels ?? {}, migrations };
-    this.remember(image.Id, facts);
+    this.remember([reference, image.Id], facts);
     return facts;
   }
 
-  private remember(imageId: string, what: BuildDeclaration | Error): void {
-    this.cache.set(imageId, what);
+  private remember(keys: string[], what: BuildDeclaration | Error): void {
+    for (const key of keys) this.cache.set(key, what);
     while (this.cache.size > CACHE_SIZE) this.cache.delete(this.cache.keys().next().value!);
   }
 }

@@ -69,7 +69,8 @@ export interface PreflightFacts {
   targetError: string | null;
   signature: SignatureObservation | null;
   compose: { changed: boolean | null; diff: string | null; error: string | null };
-  engine: { version: string; apiVersion: string } | { error: string };
+  /** The engine as observed, with the Compose CLI this build runs (reported, not checked: each build ships its own). */
+  engine: { version: string; apiVersion: string; compose: string | null } | { error: string };
   /** Free bytes where the pre-switch backup goes, and its estimated size. */
   disk: { free: number; estimate: number | null; basis: string } | { error: string };
   quarantine: { reason: string; at: string } | null;

@@ -18,7 +18,7 @@ export async function preflightFacts(db: Kysely<DB>, channel: ObservedRow<'chann
     getUpdatePolicy(db),
     c.remoteDigest ? activeQuarantine(db, c.remoteDigest) : Promise.resolve(undefined),
   ]);
-  const ef = engineRow?.data?.facts as { version?: unknown; apiVersion?: unknown } | null | undefined;
+  const ef = engineRow?.data?.facts as { version?: unknown; apiVersion?: unknown; compose?: unknown } | null | undefined;
   return {
     channel: c.channel,
     current: { digest: c.currentDigest, version: p?.currentVersion ?? null },
@@ -27,7 +27,10 @@ export async function preflightFacts(db: Kysely<DB>, channel: ObservedRow<'chann
     targetError: p ? p.targetError : 'the observation holds no report (written by an older build)',
     signature: c.signature ?? null,
     compose: { changed: c.composeChanged, diff: p?.composeDiff ?? null, error: c.errors.filter((e) => e.includes('compose')).join('; ') || null },
-    engine: typeof ef?.version === 'string' && typeof ef.apiVersion === 'string' ? { version: ef.version, apiVersion: ef.apiVersion } : { error: engineRow?.data?.error ?? 'not observed yet' },
+    engine:
+      typeof ef?.version === 'string' && typeof ef.apiVersion === 'string'
+        ? { version: ef.version, apiVersion: ef.apiVersion, compose: typeof ef.compose === 'string' ? ef.compose : null }
+        : { error: engineRow?.data?.error ?? 'not observed yet' },
     disk: p?.disk ?? { error: 'not observed yet' },
     quarantine: quarantined ? { reason: quarantined.outcome, at: quarantined.since.toISOString() } : null,
     policy: { mode: policy.mode, decision: policy.status.decision, detail: policy.status.detail },

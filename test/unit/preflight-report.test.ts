@@ -19,7 +19,7 @@ const good = (): PreflightFacts => ({
   targetError: null,
   signature: { policy: 'require', verdict: { result: 'verified', detail: 'the build sha256:bbbbbbbbbbbb… is signed by cosign.pub (0123456789abcdef)', keyId: 'cosign.pub (0123456789abcdef)' } },
   compose: { changed: true, diff: '--- a\n+++ b\n', error: null },
-  engine: { version: '26.1.5', apiVersion: '1.45' },
+  engine: { version: '26.1.5', apiVersion: '1.45', compose: '2.26.1' },
   disk: { free: 500 * MiB, estimate: 20 * MiB, basis: "the last backup's 16.0 MiB times 1.25" },
   quarantine: null,
   policy: { mode: 'manual', decision: 'announced', detail: null },
@@ -39,13 +39,13 @@ describe('preflight checks', () => {
   });
 
   it('blocks on an engine below the target minimum, a backup that does not fit, a signature require refuses', () => {
-    expect(check({ ...good(), engine: { version: '20.10.24', apiVersion: '1.41' }, target: { ...good().target!, engineApiMin: '1.44' } }, 'engine')).toEqual({
+    expect(check({ ...good(), engine: { version: '20.10.24', apiVersion: '1.41', compose: null }, target: { ...good().target!, engineApiMin: '1.44' } }, 'engine')).toEqual({
       id: 'engine',
       level: 'block',
       sentence: 'the engine is 20.10.24 (API 1.41), below the API 1.44 the target needs: upgrade the engine first (docs/engines.md)',
     });
     // Numbers, not text: 1.100 is above 1.41.
-    expect(check({ ...good(), engine: { version: 'x', apiVersion: '1.100' }, target: { ...good().target!, engineApiMin: '1.41' } }, 'engine').level).toBe('pass');
+    expect(check({ ...good(), engine: { version: 'x', apiVersion: '1.100', compose: null }, target: { ...good().target!, engineApiMin: '1.41' } }, 'engine').level).toBe('pass');
     const full = check({ ...good(), disk: { free: 10 * MiB, estimate: 20 * MiB, basis: 'b' } }, 'disk');
     expect(full.level).toBe('block');
     expect(full.sentence).toBe('the pre-switch backup needs about 20 MiB (b) and 10 MiB is free: free space or lower SELF_UPDATE_BACKUPS_KEEP');

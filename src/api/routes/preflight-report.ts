@@ -52,8 +52,6 @@ export const preflightReportRoutes: FastifyPluginAsyncZod = async (app) => {
       if (!row || !facts) throw unavailable(`the channel could not be observed within ${CHANNEL_CHECK_WAIT_MS / 1000} s: no observer answered (is the installer's controller running?)`);
       const c = row.data!;
       const p = c.preflight;
-      const engineRow = await reads.observed.current('engine');
-      const compose = (engineRow?.data?.facts as { compose?: unknown } | null | undefined)?.compose;
       const checks = preflightChecks(facts);
       return {
         channel: c.channel,
@@ -62,7 +60,7 @@ export const preflightReportRoutes: FastifyPluginAsyncZod = async (app) => {
         signature: signatureAnswer(c.signature),
         composeDiff: p?.composeDiff ?? null,
         migrations: p?.target?.pendingMigrations ?? null,
-        engine: 'error' in facts.engine ? null : { ...facts.engine, compose: typeof compose === 'string' ? compose : null, requiredApi: p?.target?.engineApiMin ?? null },
+        engine: 'error' in facts.engine ? null : { ...facts.engine, requiredApi: p?.target?.engineApiMin ?? null },
         disk: p && !('error' in p.disk) ? { freeBytes: p.disk.free, backupEstimateBytes: p.disk.estimate, basis: p.disk.basis } : null,
         quarantine: facts.quarantine ? { outcome: facts.quarantine.reason, since: facts.quarantine.at } : null,
         policy: facts.policy!,
