@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Sets up the local test rig on a Debian 12 machine (root, no systemd, network only
 # to Debian's mirror and the npm registry):
-#   1. Debian packages (docker.io, docker-registry, debootstrap, wrk, ...) and the compose
-#      v2 plugin and cosign from Debian trixie (the system stays on bookworm);
-#   2. a Docker engine on /var/run/docker.sock (no iptables, no default bridge);
+#   1. Debian packages (docker-registry, debootstrap, wrk, ...), and from Debian trixie the
+#      Docker engine 26.1 with its CLI and containerd, the compose v2 plugin and cosign (the
+#      system stays on bookworm; docs/engines.md);
+#   2. a Docker engine on /var/run/docker.sock (no iptables, no default bridge), restarted when
+#      the engine it runs is not the one installed;
 #   3. a registry on 127.0.0.1:5000;
 #   4. base images built locally, without any pull (see deploy/rig/*/Dockerfile).
 # Idempotent: when everything is up it only checks, in about a second.
@@ -137,6 +139,22 @@ install_compose() {
   [[ -x $COMPOSE_PLUGIN ]] || die "compose plugin not found at $COMPOSE_PLUGIN after install"
 }
 
+# The engine the suite runs on: trixie's docker.io 26.1 with its docker-cli and containerd 1.7
+# (docs/engines.md). bookworm's docker.io (installed above) brings runc, tini and iptables; trixie's
+# runc and tini need glibc 2.38, so bookworm's stay. docker.io goes in before docker-cli, which
+# takes /usr/bin/docker over from the old docker.io.
+ENGINE_SERIES=26.1
+install_engine() {
+  local ver cli
+  ver="$(dpkg-query -W -f='${Version}' docker.io 2>/dev/null || :)"
+  cli="$(dpkg-query -W -f='${Version}' docker-cli 2>/dev/null || :)"
+  if [[ $ver == "$ENGINE_SERIES".* && $cli == "$ver" ]]; then return 0; fi
+  log "installing Docker Engine $ENGINE_SERIES (docker.io, containerd, docker-cli) from Debian trixie"
+  with_policy_rc_d install_from_trixie docker.io containerd docker-cli
+  [[ $(dpkg-query -W -f='${Version}' docker.io) == "$ENGINE_SERIES".* ]] ||
+    die "docker.io is not $ENGINE_SERIES.x after install, see $RIG_LOG/apt.log"
+}
+
 # The signer the signature tests sign builds with: trixie's cosign (2.5.x; not in bookworm).
 install_cosign() {
   local ver
@@ -160,7 +178,30 @@ check_compose() {
 }
 
 # ---------------------------------------------------------------- 2. engine
+# The engine's version as the running daemon reports it, and as the installed binary does.
+running_engine() { docker version --format '{{.Server.Version}}' 2>/dev/null || :; }
+installed_engine() { dockerd --version 2>/dev/null | sed -n 's/^Docker version \([^,]*\),.*/\1/p'; }
+
+# An engine still running the binary the packages replaced is stopped, so the one installed starts.
+stop_stale_dockerd() {
+  local running installed pidfile="$RIG_RUN/dockerd.pid" pid i
+  running="$(running_engine)"
+  installed="$(installed_engine)"
+  [[ -n $running && $running != "$installed" ]] || return 0
+  log "the engine running is $running, the one installed is $installed: restarting it"
+  pid="$(cat /var/run/docker.pid 2>/dev/null || cat "$pidfile" 2>/dev/null || :)"
+  [[ $pid =~ ^[0-9]+$ ]] || die "an engine $running answers but no pid file names it; stop it, then run this again"
+  kill "$pid" 2>/dev/null || :
+  for ((i = 0; i < 300; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$pid" 2>/dev/null && die "dockerd (pid $pid) did not stop within 30 s"
+  rm -f "$pidfile"
+}
+
 start_dockerd() {
+  stop_stale_dockerd
   docker_up && return 0
   local pidfile="$RIG_RUN/dockerd.pid" lf="$RIG_LOG/dockerd.log" i
   if pid_alive "$pidfile"; then
@@ -294,29 +335,34 @@ check_libc_only() {
   [[ -z $extra ]] || warn "$1 needs more than libc: $(echo "$extra" | tr '\n' ' ')"
 }
 
+# The hash of files copied into an image, for its label: the image is rebuilt when they change
+# (a package update replaces the docker CLI, say), not only when it is missing.
+files_sum() { cat "$@" | sha256sum | cut -c1-16; }
+label_is() { [[ $(docker image inspect -f '{{index .Config.Labels "installer-rig.context"}}' "$1" 2>/dev/null) == "$2" ]]; }
+
 build_docker_cli() {
-  need_image "$IMG_DOCKER_CLI" || return 0
-  local ctx
+  local ctx sum old
+  sum="$(files_sum "$RIG_DEPLOY/docker-cli/Dockerfile" /usr/bin/docker "$COMPOSE_PLUGIN")"
+  ((!REBUILD)) && label_is "$IMG_DOCKER_CLI" "$sum" && return 0
+  old="$(docker image inspect -f '{{.Id}}' "$IMG_DOCKER_CLI" 2>/dev/null || :)"
   make_tmp ctx
   cp "$RIG_DEPLOY/docker-cli/Dockerfile" "$ctx/"
   check_libc_only /usr/bin/docker
   check_libc_only "$COMPOSE_PLUGIN"
   cp /usr/bin/docker "$ctx/docker"
   cp "$COMPOSE_PLUGIN" "$ctx/docker-compose"
-  docker_build "$IMG_DOCKER_CLI" "$ctx" --network none
+  docker_build "$IMG_DOCKER_CLI" "$ctx" --network none --label "installer-rig.context=$sum"
+  [[ -z $old ]] || docker image rm "$old" >/dev/null 2>&1 || :
 }
 
 # A stand-in for the legacy host that scripts/migrate-host.sh retires: systemd as
 # PID 1 with dummy units (docs/rig.md). The image is the test fixture, so it is
-# rebuilt when a file of deploy/rig/systemd-host changes (their hash is a label of
-# the image), not only when it is missing.
+# rebuilt when a file of deploy/rig/systemd-host or the docker CLI it holds changes
+# (their hash is a label of the image), not only when it is missing.
 build_systemd_host() {
   local src="$RIG_DEPLOY/systemd-host" sum ctx old
-  sum="$(cd "$src" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
-  if ((!REBUILD)) && [[ $(docker image inspect -f '{{index .Config.Labels "installer-rig.context"}}' \
-    "$IMG_SYSTEMD_HOST" 2>/dev/null) == "$sum" ]]; then
-    return 0
-  fi
+  sum="$(cd "$src" && find . -type f -print0 | sort -z | xargs -0 sha256sum | cat - /usr/bin/docker | sha256sum | cut -c1-16)"
+  ((!REBUILD)) && label_is "$IMG_SYSTEMD_HOST" "$sum" && return 0
   old="$(docker image inspect -f '{{.Id}}' "$IMG_SYSTEMD_HOST" 2>/dev/null || :)"
   make_tmp ctx
   cp -a "$src/." "$ctx/"
@@ -331,6 +377,7 @@ build_systemd_host() {
 
 # ---------------------------------------------------------------- main
 install_packages
+install_engine
 install_compose
 install_cosign
 check_compose

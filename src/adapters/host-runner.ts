@@ -1,6 +1,7 @@
 // Runs the bundled migrate-host.sh on the host: a short-lived container from the installer image,
 // in the host's PID namespace and with full privileges, enters PID 1's namespaces with nsenter.
-// The privilege and PID settings are configurable because a test host may refuse --privileged.
+// The privilege and PID settings are configurable: a test host enters a stand-in host's namespaces,
+// and a host whose policy refuses --privileged can give the runner every capability instead.
 import type Docker from 'dockerode';
 import { PassThrough } from 'node:stream';
 
@@ -26,8 +27,8 @@ export interface HostRun {
 function hostConfig(o: HostRunnerOptions): Docker.HostConfig {
   const base: Docker.HostConfig = { PidMode: o.pidMode, NetworkMode: 'none', AutoRemove: false };
   if (o.privileged) return { ...base, Privileged: true };
-  // Where --privileged is refused: every capability but SYS_RESOURCE, no seccomp or AppArmor profile.
-  return { ...base, CapAdd: ['ALL'], CapDrop: ['SYS_RESOURCE'], SecurityOpt: ['seccomp=unconfined', 'apparmor=unconfined'] };
+  // Where --privileged is refused: every capability the engine may give, no seccomp or AppArmor profile.
+  return { ...base, CapAdd: ['ALL'], SecurityOpt: ['seccomp=unconfined', 'apparmor=unconfined'] };
 }
 
 function splitLines(onLine: (stream: 'stdout' | 'stderr', line: string) => void, stream: 'stdout' | 'stderr'): PassThrough {

@@ -1,7 +1,7 @@
 // The host migration through the API, end to end: run-host copies the bundled script into the
 // host and runs it from a container of the installer image in the host's PID namespace, as a job
-// streamed to completion. "The host" is a systemd container; the rig refuses --privileged, so the
-// runner's privilege and PID settings point at it.
+// streamed to completion. "The host" is a systemd container: the runner is privileged as in
+// production, and its PID setting points at that container.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';

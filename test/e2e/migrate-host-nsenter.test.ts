@@ -1,6 +1,6 @@
 // migrate-host.sh run the way the installer API runs it: from a short-lived container that shares the
 // host's PID namespace, through `nsenter -t 1 -a -- bash <script path> --yes`. Here "the host" is a
-// systemd container (docs/rig.md: --privileged fails on the rig, so the capability set stands in).
+// systemd container, privileged as the runner is in production (docs/engines.md).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { docker, run, uniqueName } from '../helpers/e2e/rig.ts';
 import {

@@ -2,7 +2,8 @@
 // wired with the production defaults (MIGRATE_RUNNER_PRIVILEGED and MIGRATE_RUNNER_PID_MODE unset)
 // creates the runner container through the same code path a run takes, and the engine's inspect of
 // it shows full privileges, the host PID namespace and exactly `nsenter -t 1 -a -- bash <path> --yes`.
-// The rig's VM refuses to START a privileged container (docs/rig.md), but creating one works.
+// Starting it here would enter the machine's own PID 1, which is no init: the stand-in host of the
+// other migration tests is where a privileged runner runs the script.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { docker, run } from '../helpers/e2e/rig.ts';
@@ -41,7 +42,7 @@ describe('the production host-migration runner', () => {
     expect(c.State.Status).toBe('created');
     expect(c.HostConfig.Privileged).toBe(true);
     expect(c.HostConfig.PidMode).toBe('host');
-    // Privileged means privileged: not the rig's capability stand-in.
+    // Privileged means privileged: not the capability set of MIGRATE_RUNNER_PRIVILEGED=false.
     expect(c.HostConfig.CapAdd ?? []).toEqual([]);
     // (The engine adds `label=disable` to a privileged container itself.)
     expect(c.HostConfig.SecurityOpt ?? []).not.toContain('seccomp=unconfined');

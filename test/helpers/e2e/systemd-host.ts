@@ -17,8 +17,8 @@ export const SCRIPT = path.join(ROOT, 'scripts/migrate-host.sh');
 export const SCRIPT_IN_HOST = '/opt/installer/migrate-host.sh';
 export const BACKUP_DIR = '/root/disabled-units';
 
-/** The rig's stand-in for `--privileged`, which fails on these machines (docs/rig.md). */
-export const PRIVILEGES = ['--cap-add', 'ALL', '--cap-drop', 'SYS_RESOURCE', '--security-opt', 'seccomp=unconfined', '--security-opt', 'apparmor=unconfined'];
+/** What the migration runner has in production, and what the stand-in host needs for systemd (docs/engines.md). */
+export const PRIVILEGES = ['--privileged'];
 
 /** The spec's allowlist, exactly. */
 export const ALLOWLIST = [
@@ -115,14 +115,13 @@ async function waitBooted(name: string): Promise<void> {
 /** Starts a fresh host container and waits for systemd; fails loudly when it cannot. */
 /**
  * The installer's settings for a host migration run against `host` from `image`, the script copied
- * to `scriptPath` (the rig refuses --privileged: the runner's privilege and PID settings point at it).
+ * to `scriptPath`: the runner is privileged, as in production, and its PID setting points at the stand-in host.
  */
 export function hostMigrationEnv(host: SystemdHost, image: string, scriptPath: string): Record<string, string> {
   return {
     PLATFORM_URL: 'https://platform.example.com',
     MIGRATE_HOST_SCRIPT_PATH: scriptPath,
     MIGRATE_RUNNER_IMAGE: image,
-    MIGRATE_RUNNER_PRIVILEGED: 'false',
     MIGRATE_RUNNER_PID_MODE: `container:${host.name}`,
     // One allowlisted unit ignores SIGTERM: it is force-killed after this many seconds.
     MIGRATE_HOST_STOP_TIMEOUT: '3',
