@@ -1,5 +1,5 @@
-// The Docker Engine through dockerode. Version negotiation is left to the client (rig.md: asking
-// a 20.10 engine for a newer API fails).
+// The Docker Engine through dockerode. No API version is pinned: each call goes to the unversioned
+// path, which the engine answers as its newest API (docs/engines.md).
 import Docker from 'dockerode';
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';

@@ -51,12 +51,12 @@ describe('the engine below the minimum', () => {
   it('stops the backend before it listens, exit 78, saying which engine it found and which it needs', async () => {
     const g = await gate();
     // The real engine's answer, as an engine one release below the minimum would give it.
-    g.alter({ method: 'GET', path: /^(\/v[\d.]+)?\/version$/ }, (v) => ({ ...v, Version: '19.03.15', ApiVersion: '1.40', MinAPIVersion: '1.12' }));
+    g.alter({ method: 'GET', path: /^(\/v[\d.]+)?\/version$/ }, (v) => ({ ...v, Version: '25.0.13', ApiVersion: '1.44', MinAPIVersion: '1.24' }));
     const { proc } = await backendBehind(g);
     expect(await proc.exited).toBe(EX_CONFIG);
     const said = proc.output();
     expect(said).toContain(
-      `installer: the Docker engine is 19.03.15 (API 1.40); the installer needs Docker Engine ${MIN_ENGINE_RELEASE} (API ${MIN_ENGINE_API}) or newer: upgrade the engine, then start the installer again (docs/engines.md)`,
+      `installer: the Docker engine is 25.0.13 (API 1.44); the installer needs Docker Engine ${MIN_ENGINE_RELEASE} (API ${MIN_ENGINE_API}) or newer: upgrade the engine, then start the installer again (docs/engines.md)`,
     );
     expect(said).not.toMatch(/"msg":"installer listening"/);
   });
