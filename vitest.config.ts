@@ -20,6 +20,10 @@ export const SERIAL_E2E = [
   'crash-jobs', 'build-image',
 ].map((name) => `test/e2e/${name}.test.ts`);
 
+// The files that drive the rig's multi-node Swarm (the machine's engine is its manager): one at a
+// time, since one drains or kills a worker the next relies on, in a run of their own beside the others.
+export const SWARM_E2E = 'test/e2e/swarm-*.test.ts';
+
 const e2e = {
   testTimeout: 600_000,
   hookTimeout: 900_000,
@@ -34,9 +38,13 @@ export default defineConfig({
     projects: [
       { extends: true, test: { name: 'unit', include: ['test/unit/**/*.test.ts', 'test/sim/**/*.test.ts'] } },
       { extends: true, test: { name: 'api', include: ['test/api/**/*.test.ts'] } },
-      { extends: true, test: { name: 'e2e', include: ['test/e2e/**/*.test.ts'], exclude: SERIAL_E2E, ...e2e } },
+      { extends: true, test: { name: 'e2e', include: ['test/e2e/**/*.test.ts'], exclude: [...SERIAL_E2E, SWARM_E2E], ...e2e } },
       // One file at a time (`npm test` runs this project beside the others).
       { extends: true, test: { name: 'e2e-serial', include: SERIAL_E2E, fileParallelism: false, ...e2e } },
+      {
+        extends: true,
+        test: { name: 'e2e-swarm', include: [SWARM_E2E], fileParallelism: false, ...e2e, globalSetup: ['test/helpers/e2e/swarm-global-setup.ts'] },
+      },
     ],
     reporters: ['default', './test/helpers/shared/summary-reporter.ts'],
   },

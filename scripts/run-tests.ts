@@ -1,10 +1,11 @@
-// The test run of `npm test`: two vitest runs side by side, since most of a run waits on the engine,
-// the registry or a browser while the other run has work for the cores:
+// The test run of `npm test`: three vitest runs side by side, since most of a run waits on the engine,
+// the registry or a browser while another run has work for the cores:
 // - the end-to-end files that need the engine to themselves (the installer's own stack with its
 //   fixed container names, the self-update's helper), one at a time: project `e2e-serial`;
+// - the end-to-end files that drive the rig's multi-node Swarm, one at a time: project `e2e-swarm`;
 // - every other file (unit, API, the end-to-end files that name what they create uniquely).
-// Each run's lines are printed as they come, the first run's marked `serial │`; the last line is
-// the sum of both runs, `N passed, N failed`. Arguments are passed to both runs.
+// Each run's lines are printed as they come, marked `serial │` and `swarm │` but the last; the last line is
+// the sum of the runs, `N passed, N failed`. Arguments are passed to every run.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -46,12 +47,16 @@ function runVitest(name: string, projects: string[], prefix: string): Promise<{ 
   });
 }
 
-const [serial, rest] = await Promise.all([runVitest('serial', ['e2e-serial'], 'serial │ '), runVitest('rest', ['unit', 'api', 'e2e'], '')]);
+const [serial, swarm, rest] = await Promise.all([
+  runVitest('serial', ['e2e-serial'], 'serial │ '),
+  runVitest('swarm', ['e2e-swarm'], 'swarm │ '),
+  runVitest('rest', ['unit', 'api', 'e2e'], ''),
+]);
 rmSync(dir, { recursive: true, force: true });
 let passed = 0;
 let failed = 0;
 let skipped = 0;
-for (const [name, r] of [['e2e-serial', serial], ['unit, api, e2e', rest]] as const) {
+for (const [name, r] of [['e2e-serial', serial], ['e2e-swarm', swarm], ['unit, api, e2e', rest]] as const) {
   if (!r.counts) {
     process.stderr.write(`the ${name} run ended (exit ${r.code}) without its summary\n`);
     failed++;

@@ -41,6 +41,7 @@ IMG_POSTGRES=installer-rig/postgres:15
 IMG_NODE=installer-rig/node:24
 IMG_DOCKER_CLI=installer-rig/docker-cli:latest
 IMG_SYSTEMD_HOST=installer-rig/systemd-host:latest
+IMG_SWARM_NODE=installer-rig/swarm-node:latest
 
 mkdir -p "$RIG_STATE" "$RIG_CACHE" "$RIG_LOG" "$RIG_RUN"
 # One set-up at a time (CI and a developer may both call it). The daemons started
@@ -124,10 +125,18 @@ install_from_trixie() {
   (cd "$dl" && apt-get "${opts[@]}" -qq download "$@") >>"$RIG_LOG/apt.log" 2>&1 ||
     die "apt-get download $* (trixie) failed, see $RIG_LOG/apt.log"
   for pkg in "$@"; do
-    dpkg -i "$dl/${pkg}"_*.deb >>"$RIG_LOG/apt.log" 2>&1 ||
-      die "dpkg -i $pkg failed, see $RIG_LOG/apt.log"
+    if ((!DOWNLOAD_ONLY)); then
+      dpkg -i "$dl/${pkg}"_*.deb >>"$RIG_LOG/apt.log" 2>&1 ||
+        die "dpkg -i $pkg failed, see $RIG_LOG/apt.log"
+    fi
+    # Kept: the Swarm's worker engines are built from the very packages the machine runs.
+    rm -f "$TRIXIE_DEBS/${pkg}"_*.deb
+    cp "$dl/${pkg}"_*.deb "$TRIXIE_DEBS/"
   done
 }
+TRIXIE_DEBS="$RIG_CACHE/debs"
+DOWNLOAD_ONLY=0
+mkdir -p "$TRIXIE_DEBS"
 
 # Compose v2 is not in bookworm: trixie's docker-compose (2.26.x, depends on libc6 only).
 install_compose() {
@@ -335,45 +344,10 @@ check_libc_only() {
   [[ -z $extra ]] || warn "$1 needs more than libc: $(echo "$extra" | tr '\n' ' ')"
 }
 
-# The hash of files copied into an image, for its label: the image is rebuilt when they change
-# (a package update replaces the docker CLI, say), not only when it is missing.
-files_sum() { cat "$@" | sha256sum | cut -c1-16; }
-label_is() { [[ $(docker image inspect -f '{{index .Config.Labels "installer-rig.context"}}' "$1" 2>/dev/null) == "$2" ]]; }
-
-build_docker_cli() {
-  local ctx sum old
-  sum="$(files_sum "$RIG_DEPLOY/docker-cli/Dockerfile" /usr/bin/docker "$COMPOSE_PLUGIN")"
-  ((!REBUILD)) && label_is "$IMG_DOCKER_CLI" "$sum" && return 0
-  old="$(docker image inspect -f '{{.Id}}' "$IMG_DOCKER_CLI" 2>/dev/null || :)"
-  make_tmp ctx
-  cp "$RIG_DEPLOY/docker-cli/Dockerfile" "$ctx/"
-  check_libc_only /usr/bin/docker
-  check_libc_only "$COMPOSE_PLUGIN"
-  cp /usr/bin/docker "$ctx/docker"
-  cp "$COMPOSE_PLUGIN" "$ctx/docker-compose"
-  docker_build "$IMG_DOCKER_CLI" "$ctx" --network none --label "installer-rig.context=$sum"
-  [[ -z $old ]] || docker image rm "$old" >/dev/null 2>&1 || :
-}
-
-# A stand-in for the legacy host that scripts/migrate-host.sh retires: systemd as
-# PID 1 with dummy units (docs/rig.md). The image is the test fixture, so it is
-# rebuilt when a file of deploy/rig/systemd-host or the docker CLI it holds changes
-# (their hash is a label of the image), not only when it is missing.
-build_systemd_host() {
-  local src="$RIG_DEPLOY/systemd-host" sum ctx old
-  sum="$(cd "$src" && find . -type f -print0 | sort -z | xargs -0 sha256sum | cat - /usr/bin/docker | sha256sum | cut -c1-16)"
-  ((!REBUILD)) && label_is "$IMG_SYSTEMD_HOST" "$sum" && return 0
-  old="$(docker image inspect -f '{{.Id}}' "$IMG_SYSTEMD_HOST" 2>/dev/null || :)"
-  make_tmp ctx
-  cp -a "$src/." "$ctx/"
-  check_libc_only /usr/bin/docker
-  cp /usr/bin/docker "$ctx/docker"
-  docker_build "$IMG_SYSTEMD_HOST" "$ctx" --network host --label "installer-rig.context=$sum"
-  # The replaced fixture image is of no further use (kept if a container still runs it).
-  if [[ -n $old && $old != "$(docker image inspect -f '{{.Id}}' "$IMG_SYSTEMD_HOST")" ]]; then
-    docker image rm "$old" >/dev/null 2>&1 || :
-  fi
-}
+# The images that carry the machine's own engine binaries or packages (docker-cli, systemd-host,
+# swarm-node), rebuilt when those change.
+# shellcheck source=fixture-images.sh source-path=SCRIPTDIR
+. "$(dirname "${BASH_SOURCE[0]}")/fixture-images.sh"
 
 # ---------------------------------------------------------------- main
 install_packages
@@ -389,6 +363,7 @@ build_postgres
 build_node
 build_docker_cli
 build_systemd_host
+build_swarm_node
 
 engine="$(docker version --format '{{.Server.Version}}')"
 compose="$(docker compose version --short)"
