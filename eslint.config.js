@@ -114,6 +114,10 @@ export default tseslint.config(
     rules: reconcilerImports('runtime/|observer/'),
   },
   {
+    files: ['controllers/compose-job.ts'],
+    rules: reconcilerImports('runtime/|compose-job/'),
+  },
+  {
     // The parts of a reconciler import no reconciler, only the shared runtime beside them.
     files: ['controllers/*/**'],
     ignores: ['controllers/runtime/**'],

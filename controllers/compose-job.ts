@@ -9,11 +9,12 @@ import { jobMachine, JOB_CHART_VERSION, type StepInput } from '../machines/job.m
 import { getJob, updateJobStatus, type JobView } from '../src/state/jobs.ts';
 import { clearConfigChanges, pendingConfigChanges, type Sealer } from '../src/state/platform-config.ts';
 import { getSetting } from '../src/state/settings.ts';
-import { engineUnreachable, parsePullProgress, runCompose, type ComposeRun } from '../src/adapters/compose-cli.ts';
+import { engineUnreachable, parsePullProgress, runCompose, type ComposeRun, type Stream } from '../src/adapters/compose-cli.ts';
 import type { InstallerEnv, PlatformFiles } from '../src/adapters/platform-files.ts';
 import { isComposeProcessOf, terminateGroup } from '../src/adapters/processes.ts';
 import type { PlatformImageSignatures } from '../src/adapters/platform-images.ts';
 import { done, type ReconcileResult } from './runtime/reconcile.ts';
+import { pullOnNodes, runSwarmStep, swarmCommand, SWARM_STEPS, type SwarmRun, type SwarmStepDeps } from './compose-job/swarm-steps.ts';
 import { runJob, type ChartPlan, type JobIO, type JobRunDeps, type RunningJobs } from './runtime/job-run.ts';
 
 export interface ComposeJobDeps extends JobRunDeps {
@@ -25,6 +26,8 @@ export interface ComposeJobDeps extends JobRunDeps {
   installerEnv?: () => InstallerEnv;
   /** The platform's images checked against its signing keys (PLATFORM_SIGNATURE_*); absent or `off`: not checked. */
   platformImages?: Pick<PlatformImageSignatures, 'policy' | 'check'>;
+  /** With PLATFORM_RUNTIME=swarm: the stack the steps act on instead of the compose project. */
+  swarm?: SwarmStepDeps | undefined;
 }
 
 const STEP_ARGS: Record<string, (services: string[]) => string[]> = {
@@ -134,30 +137,41 @@ export class ComposeJobReconciler {
         return () => {};
       }
       const args = STEP_ARGS[input.step]!(services);
+      // On a Swarm every step but the pull (on the manager) and the prune acts on the stack.
+      const swarm = this.d.swarm && SWARM_STEPS.has(input.step) ? this.d.swarm : null;
       let stopped = false;
       let run: ComposeRun | undefined;
+      let swarmRun: SwarmRun | undefined;
       let exited = false;
       const start = () => {
-        io.phase(input.step, { command: ['docker', 'compose', ...args].join(' ') });
+        io.phase(input.step, { command: swarm ? swarmCommand(input.step, swarm.stack.stack, services) : ['docker', 'compose', ...args].join(' ') });
         let noEngine: string | null = null;
-        run = runCompose(this.d.platform.target(), args, (stream, text) => {
+        const onLine = (stream: Stream, text: string) => {
           sendBack({ type: 'OUTPUT' });
           io.touch();
           if (stream === 'stderr' && engineUnreachable(text)) noEngine ??= text.trim().slice(0, 300);
           const progress = input.step === 'pull' ? parsePullProgress(text) : null;
           if (progress) io.line('progress', { ...progress, line: text }, text);
           else io.line('output', { stream, line: text }, text);
-        });
+        };
+        if (swarm) run = swarmRun = runSwarmStep(swarm, input.step, services, job.jobId, onLine);
+        else run = runCompose(this.d.platform.target(), args, onLine);
         current = run;
         void updateJobStatus(db, job.jobId, { runnerPid: run.pid ?? null }).catch(() => {});
         void run.exited.then(async (code) => {
           exited = true;
           // Compose could not reach the engine: say so rather than only "exited with code 1".
           if (code !== 0 && noEngine) return sendBack({ type: 'STEP_FAILED', exitCode: code, message: `${input.step} failed: the Docker engine is not reachable (${noEngine})` });
+          const failure = code !== 0 ? swarmRun?.failure() : null;
+          if (failure) return sendBack({ type: 'STEP_FAILED', exitCode: code, message: failure });
           if (code !== 0 || input.step !== 'pull') return sendBack({ type: 'STEP_DONE', exitCode: code });
           const refused = await checkImages(input.step);
           if (stopped) return;
-          if (refused) sendBack({ type: 'STEP_FAILED', message: `pull refused: ${refused}; it is pulled, and nothing was started with it` });
+          if (refused) return sendBack({ type: 'STEP_FAILED', message: `pull refused: ${refused}; it is pulled, and nothing was started with it` });
+          // On a Swarm, the nodes that run the services' tasks pull what the manager pulled and checked.
+          const onNodes = this.d.swarm ? await pullOnNodes(this.d.swarm, services, (line) => onLine('stdout', line)) : null;
+          if (stopped) return;
+          if (onNodes) sendBack({ type: 'STEP_FAILED', message: onNodes });
           else sendBack({ type: 'STEP_DONE', exitCode: code });
         });
       };

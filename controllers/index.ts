@@ -55,6 +55,8 @@ export interface ControllersDeps {
     migrateHostScriptPath: string;
     /** The platform's images' signature check in the jobs that pull or start them (docs/adr/0053-signed-builds.md). */
     platformImages?: ComposeJobDeps['platformImages'];
+    /** With PLATFORM_RUNTIME=swarm: the stack the platform's jobs act on (docs/adr/0056-platform-on-a-swarm.md). */
+    swarm?: ComposeJobDeps['swarm'];
   };
   /** What the observer reads the world with (docs/adr/0023-observed-state.md). */
   observe: Omit<ObserverDeps, 'db' | 'listen' | 'logger'>;

@@ -2,8 +2,9 @@
 // Level-based: `reconcile(key)` re-reads the world for one key and writes its row, whatever it saw
 // before. It runs on the shared runtime (docs/adr/0042-reconcile-contract.md), one key per observed
 // thing, never let go: on start, on the engine's event stream for the platform's and the installer's
-// compose projects (debounced), at a bounded interval (each run of a fast key asks to run again after
-// `fastMs`, the channel after `slowMs`), and on refresh requests (NOTIFY on OBSERVED_CHANNEL, and a
+// compose projects (on a Swarm, the platform stack's services and the nodes; debounced), at a
+// bounded interval (each run of a fast key asks to run again after `fastMs`, the channel after
+// `slowMs`), and on refresh requests (NOTIFY on OBSERVED_CHANNEL, and a
 // poll of unserved requests in case a notification was missed). A failed read is recorded, not
 // thrown: the row's conditions say the engine or the registry did not answer, and the key is read
 // again after 1 s, 2 s, 4 s… up to its interval (the channel waits for its interval or a check). A
@@ -12,8 +13,9 @@
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { DB } from '../src/db/schema.ts';
-import type { ContainerView, RuntimePort, SelfUpdatePort, VersionInfo } from '../src/contracts/ports.ts';
+import type { ContainerView, PlatformPort, RuntimePort, SelfUpdatePort, VersionInfo } from '../src/contracts/ports.ts';
 import { observePreflight } from './observer/preflight-facts.ts';
+import { engineCondition, observePlatform } from './observer/platform.ts';
 import {
   beginObservation,
   OBSERVED_CHANNEL,
@@ -35,7 +37,8 @@ export interface ObserverDeps {
   listen: Listen;
   logger: Logger;
   runtime: RuntimePort;
-  platform: { project: string; containers(): Promise<ContainerView[]>; services(): Promise<string[]>; readEnv(): Promise<{ key: string; value: string }[]> };
+  /** The platform: a Compose project, or a Swarm stack (`runtime`), its compose file and .env. */
+  platform: PlatformPort;
   /** Seals the platform .env before it is stored (the Sealer of pending configuration changes). */
   seal(plain: string): string;
   installerProject: string;
@@ -48,7 +51,11 @@ export interface ObserverDeps {
   repository: string;
   /** The channel of a running tag (INSTALLER_CHANNEL, else the tag's prefix). */
   channelOf(tag: string | null): string | null;
-  /** Follows engine events of the given compose projects; absent: intervals and requests only. */
+  /**
+   * Follows engine events of the given compose projects (and, wired for a Swarm, of the platform's
+   * stack: its services, the nodes, its task containers on this node), each reported by its
+   * project's name; absent: intervals and requests only.
+   */
   watch?: (projects: readonly string[], onEvent: (project: string) => void, onEnd: (err: Error | null) => void) => { stop(): void };
   fastMs?: number;
   /** How often the channel is read unasked (OBSERVED_CHANNEL_MAX_AGE_SECONDS); 0: only when asked. */
@@ -178,23 +185,9 @@ export class Observer implements Reconciler<ObservedKey> {
     switch (key) {
       case 'platform': {
         const begun = await beginObservation(db, key);
-        const [containers, services] = await Promise.allSettled([this.deps.platform.containers(), this.deps.platform.services()]);
-        const at = begun.startedAt.toISOString();
-        const data: ObservedData['platform'] = {
-          project: this.deps.platform.project,
-          containers: containers.status === 'fulfilled' ? containers.value : [],
-          ...(containers.status === 'rejected' ? { engineError: `the Docker engine did not answer: ${message(containers.reason)}` } : {}),
-          services: services.status === 'fulfilled' ? services.value : null,
-          ...(services.status === 'rejected' ? { servicesError: message(services.reason) } : {}),
-        };
-        const conditions: ObservedCondition[] = [
-          engineCondition(containers.status === 'fulfilled' ? null : containers.reason, at),
-          services.status === 'fulfilled'
-            ? { type: 'ServicesKnown', status: 'True', reason: 'ComposeConfigRead', message: `${services.value.length} services`, observedAt: at }
-            : { type: 'ServicesKnown', status: 'False', reason: 'ComposeConfigFailed', message: message(services.reason), observedAt: at },
-        ];
+        const { data, conditions, answered } = await observePlatform(this.deps.platform, begun.startedAt.toISOString());
         await writeObserved(db, key, { data, conditions, ...begun });
-        return containers.status === 'fulfilled' && services.status === 'fulfilled';
+        return answered;
       }
       case 'installer': {
         const begun = await beginObservation(db, key);
@@ -362,10 +355,4 @@ export class Observer implements Reconciler<ObservedKey> {
       },
     );
   }
-}
-
-function engineCondition(failure: unknown, at: string): ObservedCondition {
-  return failure
-    ? { type: 'EngineReachable', status: 'False', reason: 'EngineUnreachable', message: message(failure), observedAt: at }
-    : { type: 'EngineReachable', status: 'True', reason: 'EngineAnswered', message: 'the engine answered', observedAt: at };
 }

@@ -149,6 +149,14 @@ export const settingsSchema = z.object({
   OBSERVED_CHANNEL_MAX_AGE_SECONDS: z.coerce.number().int().min(0).max(86400).default(300),
 
   PLATFORM_PROJECT: z.string().regex(/^[a-z0-9][a-z0-9_-]*$/, 'must be a compose project name').default('platform'),
+  /**
+   * Where the platform runs (docs/adr/0056-platform-on-a-swarm.md): `compose`, a Compose project on
+   * this host (the default), or `swarm`, a stack named PLATFORM_PROJECT on the Swarm this host's
+   * engine is a manager of.
+   */
+  PLATFORM_RUNTIME: z.enum(['compose', 'swarm'], { error: 'must be compose or swarm' }).default('compose'),
+  /** On a Swarm: how long a job's step waits for the services to converge before it fails (`--detach=false`'s bound). */
+  PLATFORM_CONVERGE_TIMEOUT_SECONDS: positiveInt.max(86_400, 'must be at most 86400').default(300),
   PLATFORM_DIR: z.string().min(1).optional(),
   PLATFORM_TEMPLATES_URL: z
     .string()

@@ -7,17 +7,19 @@ import type { Database } from './db/database.ts';
 import { connectEngine, EngineRuntime, projectContainers, pruneDanglingImages, watchProjectEvents } from './adapters/docker-engine.ts';
 import { installerEnvFor, PlatformFiles } from './adapters/platform-files.ts';
 import { HostRunner } from './adapters/host-runner.ts';
-import { ContainerLogs } from './adapters/container-logs/index.ts';
+import { ContainerLogs, SwarmServiceLogs } from './adapters/container-logs/index.ts';
 import { JobEventLog } from './state/job-events.ts';
 import { Sealer } from './state/platform-config.ts';
 import { RecentLines } from './logger.ts';
 import { ServiceTokens } from './adapters/secrets.ts';
 import { engineFacts } from './adapters/diagnostics.ts';
+import { readSwarmState } from './adapters/swarm-state.ts';
 import { Controllers } from '../controllers/index.ts';
 import { retentionQueue } from '../controllers/retention.ts';
 import type { Observer } from '../controllers/observer.ts';
 import { platformSignaturePolicy, resolveChannel, signaturePolicy } from './config.ts';
 import { ImageSignatures } from './adapters/signatures.ts';
+import { SwarmStack } from './adapters/swarm-stack.ts';
 import { PlatformImageSignatures } from './adapters/platform-images.ts';
 import { DockerSelfUpdateEngine, type SelfUpdateEngine } from './adapters/self-update.ts';
 import { EmbeddedBackup, PostgresContainerBackup, type DatabaseBackup } from './adapters/database-backup.ts';
@@ -171,8 +173,11 @@ function engineAdapters({ settings, database }: Booted, opts: WireOptions): Engi
   const selfUpdateEngine = opts.selfUpdateEngine ?? new DockerSelfUpdateEngine(docker, selfUpdateSettings, runtime, databaseBackupOf(database, docker, settings));
   const platform: PlatformPort = {
     project: settings.PLATFORM_PROJECT,
+    runtime: settings.PLATFORM_RUNTIME,
     services: () => platformFiles.services(),
     containers: opts.platformContainers ?? (() => projectContainers(docker, settings.PLATFORM_PROJECT)),
+    // The stack PLATFORM_PROJECT on the Swarm whose manager is the engine at DOCKER_SOCKET.
+    swarm: () => readSwarmState(docker, settings.PLATFORM_PROJECT),
     readEnv: () => platformFiles.readEnv(),
   };
   return { docker, runtime, platformFiles, platform, hostRunner, selfUpdateSettings, selfUpdateEngine };
@@ -226,6 +231,9 @@ function reconcilers(
       hostRunner: engine.hostRunner,
       migrateHostScriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
       platformImages: new PlatformImageSignatures(docker, engine.platformFiles, platformKeys),
+      swarm: settings.PLATFORM_RUNTIME === 'swarm'
+        ? { db: reconcileDb, stack: new SwarmStack(docker, () => engine.platformFiles.target(), settings.PLATFORM_PROJECT), target: () => engine.platformFiles.target(), convergeSeconds: settings.PLATFORM_CONVERGE_TIMEOUT_SECONDS }
+        : undefined,
     },
     selfUpdate: { engine: selfUpdateEngine, runtime, settings: selfUpdateSettings, channel: settings.INSTALLER_CHANNEL, scrub, signatures },
     notifications: {
@@ -244,7 +252,9 @@ function reconcilers(
       repository: selfUpdateSettings.repository,
       channelOf: (tag) => resolveChannel(settings, tag),
       slowMs: settings.OBSERVED_CHANNEL_MAX_AGE_SECONDS * 1000,
-      watch: (projects, onEvent, onEnd) => watchProjectEvents(docker, projects, onEvent, onEnd),
+      // On a Swarm, the stack's service and node events wake the platform's observation too.
+      watch: (projects, onEvent, onEnd) =>
+        watchProjectEvents(docker, projects, onEvent, onEnd, settings.PLATFORM_RUNTIME === 'swarm' ? { stacks: [settings.PLATFORM_PROJECT] } : {}),
     },
   });
 }
@@ -268,7 +278,11 @@ function apiDeps(
   const recent = recentLogs ?? new RecentLines();
   return {
     users,
-    logs: new ContainerLogs(engine.docker, { scrub, warn: (details, message) => logger.warn(details, message) }),
+    // A Swarm stack's logs are its services' (every node's); a compose project's, its containers'.
+    logs:
+      settings.PLATFORM_RUNTIME === 'swarm'
+        ? new SwarmServiceLogs(engine.docker, { scrub, warn: (details, message) => logger.warn(details, message) })
+        : new ContainerLogs(engine.docker, { scrub, warn: (details, message) => logger.warn(details, message) }),
     settings,
     database,
     logger,

@@ -48,12 +48,31 @@ export function runCompose(
   onLine: (stream: Stream, line: string) => void,
   opts: { env?: Record<string, string>; dockerBinary?: string } = {},
 ): ComposeRun {
-  const child = spawn(opts.dockerBinary ?? 'docker', composeArgs(target, args), {
+  return runDocker(target, composeArgs(target, args), onLine, opts);
+}
+
+/**
+ * Runs the docker CLI itself (`docker stack deploy`, `docker service update` on a Swarm) the way
+ * `runCompose` runs compose: against the target's engine, in its own process group, line by line;
+ * `input` is written to its standard input (a rendered stack file for `-c -`).
+ */
+export function runDocker(
+  target: Pick<ComposeTarget, 'cwd' | 'dockerSocket'>,
+  args: readonly string[],
+  onLine: (stream: Stream, line: string) => void,
+  opts: { env?: Record<string, string>; dockerBinary?: string; input?: string } = {},
+): ComposeRun {
+  const child = spawn(opts.dockerBinary ?? 'docker', args, {
     cwd: target.cwd,
     env: composeEnv(process.env, target, opts.env),
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: [opts.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
     detached: true,
   });
+  if (opts.input !== undefined && child.stdin) {
+    // A CLI that exits before reading all of it closes the pipe: its exit code says why.
+    child.stdin.on('error', () => {});
+    child.stdin.end(opts.input);
+  }
   const pipe = (stream: Stream, source: Readable) => {
     // Compose redraws progress with carriage returns; each redraw is a line of its own.
     let pending = '';
@@ -69,8 +88,8 @@ export function runCompose(
       pending = '';
     });
   };
-  pipe('stdout', child.stdout);
-  pipe('stderr', child.stderr);
+  pipe('stdout', child.stdout!);
+  pipe('stderr', child.stderr!);
   let killTimer: NodeJS.Timeout | undefined;
   const exited = new Promise<number>((resolve) => {
     child.on('error', (err) => {

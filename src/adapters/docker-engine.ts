@@ -158,14 +158,19 @@ const changesState = (action: string | undefined): boolean => action !== undefin
  * Follows the engine's event stream for containers of the given compose projects, calling
  * `onEvent` with the project of each event that changes a container (`changesState`), until
  * `stop()`; `onEnd` is called once when the stream ends or cannot be opened (the engine went
- * away), so the caller can reconnect.
+ * away), so the caller can reconnect. `stacks` (Swarm stacks, named as their projects) adds the
+ * stack's service events (`<stack>_*`: created, updated, removed, an update's state), every node
+ * event (a node down, drained, joined), and its task containers on this node, each reported as the
+ * stack's name. The manager hears of no task on another node: those show at the next interval.
  */
 export function watchProjectEvents(
   docker: Docker,
   projects: readonly string[],
   onEvent: (project: string) => void,
   onEnd: (err: Error | null) => void,
+  opts: { stacks?: readonly string[] } = {},
 ): { stop(): void } {
+  const stacks = opts.stacks ?? [];
   let stream: NodeJS.ReadableStream | undefined;
   let stopped = false;
   let ended = false;
@@ -175,7 +180,7 @@ export function watchProjectEvents(
     onEnd(err);
   };
   // The engine ANDs label filters, so the projects are picked here rather than by the engine.
-  docker.getEvents({ filters: { type: ['container'] } }).then(
+  docker.getEvents({ filters: { type: stacks.length ? ['container', 'service', 'node'] : ['container'] } }).then(
     (s) => {
       if (stopped) return void (s as unknown as { destroy?: () => void }).destroy?.();
       stream = s;
@@ -187,9 +192,18 @@ export function watchProjectEvents(
           const line = buf.slice(0, nl);
           buf = buf.slice(nl + 1);
           try {
-            const ev = JSON.parse(line) as { Action?: string; Actor?: { Attributes?: Record<string, string> } };
-            const project = ev.Actor?.Attributes?.['com.docker.compose.project'];
-            if (project && projects.includes(project) && changesState(ev.Action)) onEvent(project);
+            const ev = JSON.parse(line) as { Type?: string; Action?: string; Actor?: { Attributes?: Record<string, string> } };
+            const attributes = ev.Actor?.Attributes ?? {};
+            if (ev.Type === 'node') for (const stack of stacks) onEvent(stack);
+            else if (ev.Type === 'service') {
+              const stack = stacks.find((st) => attributes.name?.startsWith(`${st}_`));
+              if (stack) onEvent(stack);
+            } else {
+              const project = attributes['com.docker.compose.project'];
+              const stack = attributes['com.docker.stack.namespace'];
+              if (project && projects.includes(project) && changesState(ev.Action)) onEvent(project);
+              else if (stack && stacks.includes(stack) && changesState(ev.Action)) onEvent(stack);
+            }
           } catch {
             /* a partial or foreign line */
           }

@@ -4,6 +4,7 @@
 // dockerode or the file system directly.
 import type { ActorKind } from './audit.ts';
 import type { BackupRoom, BuildDeclaration } from './preflight-report.ts';
+import type { PlatformRuntime, SwarmObservation } from './swarm.ts';
 
 export interface VersionInfo {
   /** False when the installer does not run in a container (development): then no image is reported. */
@@ -65,17 +66,31 @@ export interface ContainerView {
 /** The platform as the API sees it: its services (compose file), containers (engine) and .env. */
 export interface PlatformPort {
   project: string;
+  /** Where the platform runs (PLATFORM_RUNTIME): a Compose project, or a stack named `project` on a Swarm. */
+  runtime: PlatformRuntime;
   services(): Promise<string[]>;
   containers(): Promise<ContainerView[]>;
+  /**
+   * The Swarm's nodes and the stack's services and tasks, read through the manager; throws with
+   * `code` NOT_A_MANAGER (src/contracts/swarm.ts) when the engine answered but manages no Swarm.
+   */
+  swarm(): Promise<SwarmObservation>;
   readEnv(): Promise<{ key: string; value: string }[]>;
 }
 
 /** One log line of a platform container (docs/adr/0007-container-logs.md). */
 export interface ContainerLogLine {
-  /** Container name without the leading slash, e.g. `platform-web-1`. */
+  /**
+   * Container name without the leading slash, e.g. `platform-web-1`; on a Swarm the task's container,
+   * `<stack>_<service>.<slot>.<task id>`, as on its node.
+   */
   container: string;
-  /** Compose service (label `com.docker.compose.service`); empty when the container has none. */
+  /** Compose service (label `com.docker.compose.service`, on a Swarm the stack's service name); empty when the container has none. */
   service: string;
+  /** On a Swarm (PLATFORM_RUNTIME=swarm), the hostname of the node that ran the task; absent for a compose project. */
+  node?: string;
+  /** On a Swarm, the task as `<service>.<slot>`, e.g. `web.2`; absent for a compose project. */
+  task?: string;
   stream: 'stdout' | 'stderr';
   /** When the engine received the line: UTC, RFC 3339 with nanoseconds, e.g. `2024-05-01T10:00:00.123456789Z`. */
   timestamp: string;
@@ -95,7 +110,9 @@ export interface PlatformContainer {
 export interface LogFeed extends AsyncIterable<ContainerLogLine[]> {
   /**
    * Settles once the feed has asked the engine for what it reads (before any line): rejects with
-   * the engine's error when it did not answer, so that a route answers 503 before its stream starts.
+   * the engine's error when it did not answer, so that a route answers 503 before its stream starts;
+   * on a Swarm, with an error whose `code` is `log-selection-unknown` (and `parameter`, `service` or
+   * `containerName`) when the selection names nothing of the stack.
    */
   opened: Promise<void>;
   /** Stops reading from the engine and ends iteration; safe to call twice. */

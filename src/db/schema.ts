@@ -237,6 +237,16 @@ export interface UpdateQuarantineTable {
   lifted_by: string | null;
 }
 
+/** A platform service a stop or kill on a Swarm scaled to zero: what the next start restores (docs/adr/0056-platform-on-a-swarm.md). */
+export interface PlatformStoppedServicesTable {
+  stack: string;
+  service: string;
+  /** Its replica count before the stop; null for a global service. */
+  replicas: number | null;
+  job_id: string;
+  stopped_at: Generated<Timestamp>;
+}
+
 /** Observed state: one row per observed thing, written only by the observer (docs/adr/0023-observed-state.md). */
 export interface ObservedStateTable {
   key: string;
@@ -300,6 +310,7 @@ export interface DB {
   reconcile_runs: ReconcileRunsTable;
   update_policy: UpdatePolicyTable;
   update_quarantine: UpdateQuarantineTable;
+  platform_stopped_services: PlatformStoppedServicesTable;
 }
 
 export type User = Selectable<UsersTable>;

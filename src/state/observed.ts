@@ -11,6 +11,7 @@ import type { ContainerView, VersionInfo } from '../contracts/ports.ts';
 import type { Condition } from '../contracts/conditions.ts';
 import type { ObservedPreflight } from '../contracts/preflight-report.ts';
 import type { SignatureObservation } from '../contracts/signatures.ts';
+import type { PlatformRuntime, SwarmObservation } from '../contracts/swarm.ts';
 
 export const OBSERVED_CHANNEL = 'observed_refresh';
 /** NOTIFY after the observer wrote a row, the key as payload: for readers that act on a change. */
@@ -20,7 +21,7 @@ export const OBSERVED_KEYS = ['platform', 'installer', 'channel', 'engine', 'reg
 export type ObservedKey = (typeof OBSERVED_KEYS)[number];
 
 /** A condition of an observed row: the one shape (src/contracts/conditions.ts), with the observer's types. */
-export type ObservedCondition = Condition<'EngineReachable' | 'RegistryReachable' | 'UpdateAvailable' | 'ComposeDrift' | 'ServicesKnown' | 'EnvRead'>;
+export type ObservedCondition = Condition<'EngineReachable' | 'RegistryReachable' | 'UpdateAvailable' | 'ComposeDrift' | 'ServicesKnown' | 'EnvRead' | 'SwarmReachable'>;
 
 /**
  * Whether the channel's newest build differs from the running one: decided once, by the observer
@@ -40,8 +41,22 @@ export function updateAvailableCondition(c: Pick<ObservedData['channel'], 'chann
 
 /** What each key's `data` holds. Never a secret value. */
 export interface ObservedData {
-  /** The platform's containers (engine) and its service list (compose file). */
-  platform: { project: string; containers: ContainerView[]; engineError?: string; services: string[] | null; servicesError?: string };
+  /**
+   * The platform's containers (engine) and its service list (compose file). On a Swarm
+   * (`runtime` swarm) also its nodes, the stack's services and tasks, or why they could not be read;
+   * `containers` are then the stack's current tasks, on whichever node (controllers/observer/platform.ts).
+   */
+  platform: {
+    project: string;
+    /** Absent in rows of older builds: compose. */
+    runtime?: PlatformRuntime;
+    containers: ContainerView[];
+    engineError?: string;
+    services: string[] | null;
+    servicesError?: string;
+    swarm?: SwarmObservation;
+    swarmError?: string;
+  };
   /** The installer's own image and container. */
   installer: VersionInfo;
   /** The channel's newest build and whether the published compose file differs from the local one. */

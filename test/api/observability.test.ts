@@ -116,6 +116,8 @@ describe('GET /api/system/diagnostics', () => {
     expect(bundle.settings.SERVICE_TOKEN).toBe('[set in the environment]');
     expect(bundle.settings.PLATFORM_PROJECT).toBe(t.settings.PLATFORM_PROJECT);
     expect(Array.isArray(bundle.platform.containers)).toBe(true);
+    // The default runtime, named (a Swarm's bundle: test/api/swarm-status.test.ts).
+    expect(bundle.platformRuntime).toBe('compose');
     const recent = bundle.jobs.recent as { jobId: string; detail: string }[];
     expect(recent.find((j) => j.jobId === jobId)?.detail).toBe('printed [REDACTED]');
     expect((bundle.actions as unknown[]).length).toBeGreaterThanOrEqual(0);

@@ -3,7 +3,7 @@
 // slows the reading down instead of piling lines up in memory.
 import type { ContainerLogLine } from '../../contracts/ports.ts';
 import type { ByteSink, EngineConnection } from './engine-http.ts';
-import { LogFrameParser, type ParsedLine } from './frames.ts';
+import { LogFrameParser, type FrameOptions, type ParsedLine } from './frames.ts';
 
 const PARSE_BYTES = 16 * 1024;
 
@@ -78,6 +78,15 @@ export interface SourceOptions {
   skipThrough?: { line: ContainerLogLine; within: number };
   /** Drop lines stamped after this timestamp. */
   notAfter?: string;
+  /**
+   * End the read at the first line stamped after this one, keeping what was read before it: for an
+   * engine that does not apply `until` itself (a Swarm's logs), lines that late are not wanted.
+   */
+  stopAfter?: string;
+  /** How the engine's messages are framed beyond timestamps (a Swarm's attributes). */
+  frames?: FrameOptions;
+  /** Makes the line from what was parsed and its scrubbed text, instead of naming it after `ref`; null drops it. */
+  makeLine?: (parsed: ParsedLine, text: string) => ContainerLogLine | null;
 }
 
 const sameLine = (a: ContainerLogLine, b: ContainerLogLine) => a.timestamp === b.timestamp && a.stream === b.stream && a.line === b.line;
@@ -108,6 +117,7 @@ export class LineSource implements ByteSink {
   /** Called whenever data arrives or the source ends. */
   onActivity: (() => void) | null = null;
   private destroyed = false;
+  private stopped = false;
 
   constructor(
     readonly ref: ContainerRef,
@@ -115,13 +125,13 @@ export class LineSource implements ByteSink {
   ) {
     this.skip = opts.skipThrough;
     this.store = new ByteQueue(Math.ceil(opts.maxBytes / (64 * 1024)) + 1);
-    this.parser = new LogFrameParser(ref.tty, (l) => this.onLine(l), opts.maxLineBytes);
+    this.parser = new LogFrameParser(ref.tty, (l) => this.onLine(l), opts.maxLineBytes, opts.frames);
   }
 
   /** Connects the source to its engine response. */
   attach(control: EngineConnection): void {
     this.control = control;
-    if (this.destroyed) control.destroy();
+    if (this.destroyed || this.stopped) control.destroy();
     else if (this.paused && this.store.size <= this.opts.maxBytes / 2) {
       this.paused = false;
       control.resume();
@@ -129,7 +139,7 @@ export class LineSource implements ByteSink {
   }
 
   bytes(buf: Buffer): boolean {
-    if (this.destroyed) return false;
+    if (this.destroyed || this.stopped) return false;
     this.store.write(buf);
     this.wake();
     if (this.store.size > this.opts.maxBytes) {
@@ -147,14 +157,12 @@ export class LineSource implements ByteSink {
   }
 
   private onLine(p: ParsedLine): void {
-    if (this.destroyed) return;
-    const line: ContainerLogLine = {
-      container: this.ref.name,
-      service: this.ref.service,
-      stream: p.stream,
-      timestamp: p.timestamp,
-      line: this.opts.scrub(p.text),
-    };
+    if (this.destroyed || this.stopped) return;
+    const text = this.opts.scrub(p.text);
+    const line: ContainerLogLine | null = this.opts.makeLine
+      ? this.opts.makeLine(p, text)
+      : { container: this.ref.name, service: this.ref.service, stream: p.stream, timestamp: p.timestamp, line: text };
+    if (line === null) return;
     this.last = line;
     if (this.skip) {
       if (sameLine(line, this.skip.line)) {
@@ -166,8 +174,19 @@ export class LineSource implements ByteSink {
       }
       return;
     }
-    if (this.opts.notAfter !== undefined && line.timestamp > this.opts.notAfter) return;
+    if (this.opts.notAfter !== undefined && line.timestamp > this.opts.notAfter) {
+      if (this.opts.stopAfter !== undefined && line.timestamp > this.opts.stopAfter) this.stop();
+      return;
+    }
     this.lines.push(line);
+  }
+
+  /** Ends the read here, keeping the lines parsed so far: nothing after them is wanted. */
+  private stop(): void {
+    this.stopped = true;
+    this.end(null); // first, so that closing the connection is not taken for a failure
+    this.store.clear();
+    this.control?.destroy();
   }
 
   private wake(): void {

@@ -5,7 +5,7 @@
 import type Docker from 'dockerode';
 import type { Readable } from 'node:stream';
 import type { ContainerLogLine, ContainerLogsPort, LogFeed, LogSelection, PlatformContainer } from '../../contracts/ports.ts';
-import { openEngineStream } from './engine-http.ts';
+import { openLogStream, type LogParams } from './open-logs.ts';
 import { LineSource, type ContainerRef, type SourceOptions } from './line-source.ts';
 import { Closer, gather, makeFeed, mergeOrdered, Wakeup } from './merge.ts';
 import { engineTime, NS_PER_MS, nsToTimestamp, timestampToNs } from './time.ts';
@@ -37,10 +37,6 @@ interface ResumePoint {
   after?: ContainerLogLine;
   /** Otherwise read from this instant (epoch ns), or from the container's first line when absent. */
   since?: bigint;
-}
-
-interface DialModem {
-  dial(opts: Record<string, unknown>, cb: (err: Error | null, res?: unknown) => void): void;
 }
 
 export class ContainerLogs implements ContainerLogsPort {
@@ -109,50 +105,9 @@ export class ContainerLogs implements ContainerLogsPort {
     return tty;
   }
 
-  /**
-   * Opens `GET /containers/{id}/logs` into `sink`; false when the container no longer exists. Over a
-   * unix socket it is read directly (openEngineStream); otherwise through dockerode as a stream
-   * (dockerode would buffer a non-follow read whole).
-   */
-  private async openStream(id: string, params: Record<string, string | number | boolean>, sink: LineSource): Promise<boolean> {
-    const modem = this.docker.modem as unknown as DialModem & { socketPath?: unknown };
-    if (typeof modem.socketPath === 'string') {
-      const query = new URLSearchParams({ stdout: '1', stderr: '1', timestamps: '1' });
-      for (const [k, v] of Object.entries(params)) query.set(k, typeof v === 'boolean' ? (v ? '1' : '0') : String(v));
-      try {
-        sink.attach(await openEngineStream(modem.socketPath, `/containers/${encodeURIComponent(id)}/logs?${query}`, sink));
-        return true;
-      } catch (err) {
-        if ((err as { statusCode?: number }).statusCode === 404) return false;
-        throw err;
-      }
-    }
-    const stream = await new Promise<Readable | null>((resolve, reject) => {
-      modem.dial(
-        {
-          path: `/containers/${id}/logs?`,
-          method: 'GET',
-          isStream: true,
-          statusCodes: { 200: true, 404: 'no such container', 500: 'server error' },
-          options: { stdout: true, stderr: true, timestamps: true, ...params },
-        },
-        (err, res) => {
-          if (err) {
-            if ((err as { statusCode?: number }).statusCode === 404) resolve(null);
-            else reject(err);
-          } else resolve(res as Readable);
-        },
-      );
-    });
-    if (!stream) return false;
-    stream.on('data', (d: Buffer) => {
-      if (!sink.bytes(d)) stream.pause();
-    });
-    stream.once('end', () => sink.end(null));
-    stream.once('error', (err: Error) => sink.end(err));
-    stream.once('close', () => sink.end(stream.readableEnded ? null : new Error('the engine closed the log stream before its end')));
-    sink.attach({ resume: () => stream.resume(), destroy: () => stream.destroy() });
-    return true;
+  /** Opens `GET /containers/{id}/logs` into `sink`; false when the container no longer exists. */
+  private openStream(id: string, params: LogParams, sink: LineSource): Promise<boolean> {
+    return openLogStream(this.docker, `/containers/${encodeURIComponent(id)}/logs`, params, sink);
   }
 
   private async source(
@@ -335,7 +290,7 @@ export class ContainerLogs implements ContainerLogsPort {
 }
 
 /** Container ids to (re)start following, with a signal when one arrives. */
-class JoinQueue {
+export class JoinQueue {
   private readonly ids = new Set<string>();
   onSignal: (() => void) | null = null;
   error: Error | null = null;

@@ -2,7 +2,9 @@
 // and a download. Lines come from a ContainerLogsPort already scrubbed of the installer's secrets;
 // this file validates, streams with backpressure, and drops clients that stop reading
 // (docs/adr/0007-container-logs.md). A service or container name is checked against the platform's
-// observed containers (docs/adr/0023-observed-state.md): the streams alone reach the engine.
+// observed containers (docs/adr/0023-observed-state.md): the streams alone reach the engine. On a
+// Swarm (PLATFORM_RUNTIME=swarm) the feed checks them against the stack it lists anyway, and lines
+// carry their node and task.
 import type { FastifyBaseLogger, FastifyInstance, FastifyReply } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { ServerResponse } from 'node:http';
@@ -74,7 +76,8 @@ function instant(name: 'since' | 'until', value: string | undefined): bigint | u
 }
 
 const sseEvent = (l: ContainerLogLine) => `data: ${JSON.stringify(l)}\n\n`;
-const downloadLine = (l: ContainerLogLine) => `${l.container} | ${l.timestamp} ${l.stream} ${l.line}\n`;
+// On a Swarm the container is followed by its node, as `docker service logs` writes it: `<container>@<node> | …`.
+const downloadLine = (l: ContainerLogLine) => `${l.container}${l.node !== undefined ? `@${l.node}` : ''} | ${l.timestamp} ${l.stream} ${l.line}\n`;
 
 interface StreamContext {
   log: FastifyBaseLogger;
@@ -200,13 +203,18 @@ async function observedContainers(app: FastifyInstance, log: FastifyBaseLogger):
   return row.data.containers;
 }
 
-/** Waits until the feed has asked the engine for what it reads: 503 before the stream starts when it did not answer. */
+/**
+ * Waits until the feed has asked the engine for what it reads: 503 before the stream starts when it
+ * did not answer; on a Swarm, 404 (service) or 400 (containerName) when the stack has no such name.
+ */
 async function opened(log: FastifyBaseLogger, feed: LogFeed): Promise<LogFeed> {
   try {
     await feed.opened;
     return feed;
   } catch (err) {
     feed.close();
+    const e = err as { code?: unknown; parameter?: unknown; message: string };
+    if (e.code === 'log-selection-unknown') throw e.parameter === 'service' ? notFound(e.message) : badRequest(e.message);
     log.error({ err }, 'the Docker engine did not answer');
     throw unavailable(ENGINE_DOWN);
   }
@@ -215,11 +223,14 @@ async function opened(log: FastifyBaseLogger, feed: LogFeed): Promise<LogFeed> {
 /** `logs`: the engine's container logs, the one port a route reads the engine through; absent, the routes answer 503. */
 export const logRoutes: FastifyPluginAsyncZod<{ logs?: ContainerLogsPort }> = async (app, { logs: logsPort }) => {
   const project = app.settings.PLATFORM_PROJECT;
+  // A Swarm stack's names are checked by the feed, against the stack it lists before it reads.
+  const namesFromFeed = app.settings.PLATFORM_RUNTIME === 'swarm';
+  const platformKind = namesFromFeed ? 'stack' : 'compose project';
   const active = openStreams<LogFeed>(app, (feed) => feed.close());
   const ctx = (log: FastifyBaseLogger): StreamContext => ({ log, stallMs: app.settings.LOG_CLIENT_STALL_SECONDS * 1000, active });
 
   const liveDescription =
-    'Server-sent events, one per line: `{container, service, stream, timestamp, line}`. First the last `tail` lines of each container in timestamp order, then new lines as they come; containers that start later join.';
+    'Server-sent events, one per line: `{container, service, stream, timestamp, line}` (on a Swarm also `node` and `task`). First the last `tail` lines of each container in timestamp order, then new lines as they come; containers that start later join.';
 
   app.get(
     '/api/deployment/logs',
@@ -251,8 +262,8 @@ export const logRoutes: FastifyPluginAsyncZod<{ logs?: ContainerLogsPort }> = as
     async (req, reply) => {
       const logs = port(logsPort);
       const { service } = req.params;
-      const known = NAME.test(service) && (await observedContainers(app, req.log)).some((c) => c.service === service);
-      if (!known) throw notFound(`service "${service.slice(0, 64)}" is not a service of the platform (compose project ${project})`);
+      const known = NAME.test(service) && (namesFromFeed || (await observedContainers(app, req.log)).some((c) => c.service === service));
+      if (!known) throw notFound(`service "${service.slice(0, 64)}" is not a service of the platform (${platformKind} ${project})`);
       const feed = await opened(req.log, logs.live({ project, service }, { tail: req.query.tail ?? TAIL_DEFAULT }));
       await streamSse(reply, feed, ctx(req.log), false);
     },
@@ -264,8 +275,8 @@ export const logRoutes: FastifyPluginAsyncZod<{ logs?: ContainerLogsPort }> = as
     if (since !== undefined && until !== undefined && since > until) throw badRequest('since: must not be later than until');
     if (q.containerName !== undefined) {
       const name = q.containerName;
-      const exists = NAME.test(name) && (await observedContainers(app, log)).some((c) => c.name === name);
-      if (!exists) throw badRequest(`containerName: no platform container is named "${name.slice(0, 64)}" (compose project ${project})`);
+      const exists = NAME.test(name) && (namesFromFeed || (await observedContainers(app, log)).some((c) => c.name === name));
+      if (!exists) throw badRequest(`containerName: no platform container is named "${name.slice(0, 64)}" (${platformKind} ${project})`);
     }
     return {
       selection: { project, ...(q.containerName !== undefined ? { containerName: q.containerName } : {}) },
@@ -304,7 +315,7 @@ export const logRoutes: FastifyPluginAsyncZod<{ logs?: ContainerLogsPort }> = as
         tags: ['logs'],
         summary: 'Download platform container logs over a time window as text',
         description:
-          '`text/plain` attachment `logs-<ISO timestamp>.txt`, one line per log line: `<container> | <timestamp> <stream> <line>`, in timestamp order. `until` defaults to the time of the request.',
+          '`text/plain` attachment `logs-<ISO timestamp>.txt`, one line per log line: `<container> | <timestamp> <stream> <line>` (on a Swarm `<container>@<node> | …`), in timestamp order. `until` defaults to the time of the request.',
         // The schema says since is required, so a missing one is refused before anything else.
         querystring: windowQuery.extend({
           since: z

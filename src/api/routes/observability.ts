@@ -135,6 +135,7 @@ export const observabilityRoutes: FastifyPluginAsyncZod<{ metrics: InstallerMetr
       const runtimeInfo = part(installerRow, (d) => d);
       const engine = part(engineRow, (d) => (d.facts ?? { error: d.error ?? 'the engine did not answer' }));
       const platformContainers = 'error' in platformRow ? platformRow : platformRow.data.engineError ? { error: platformRow.data.engineError } : platformRow.data.containers;
+      const swarmPart = 'error' in platformRow ? platformRow : (platformRow.data.swarm ?? { error: platformRow.data.swarmError ?? 'the Swarm has not been observed yet' });
       const installerContainers = 'error' in engineRow ? engineRow : engineRow.data.installerContainersError ? { error: engineRow.data.installerContainersError } : engineRow.data.installerContainers;
       const bundle = {
         bundle: { format: 1, generatedAt: generatedAt.toISOString(), generatedBy: req.actor().id },
@@ -143,7 +144,9 @@ export const observabilityRoutes: FastifyPluginAsyncZod<{ metrics: InstallerMetr
         engine,
         database: { kind: stored.databaseKind, up: dbUp, schemaMigration: migration },
         settings: redactedSettings(settings),
-        platform: { project: settings.PLATFORM_PROJECT, envKeys, containers: platformContainers },
+        // Which runtime the platform is on; on a Swarm, the nodes and the stack's services and tasks too.
+        platformRuntime: settings.PLATFORM_RUNTIME,
+        platform: { project: settings.PLATFORM_PROJECT, envKeys, containers: platformContainers, ...(settings.PLATFORM_RUNTIME === 'swarm' ? { swarm: swarmPart } : {}) },
         installerContainers,
         jobs: { running: queue, recent: jobs },
         actions,

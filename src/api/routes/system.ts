@@ -10,6 +10,7 @@ import { failedTargetWarning, PREFLIGHT_ENDED, type SelfUpdateView } from '../..
 import { AppError, badRequest, conflict, unavailable } from '../../errors.ts';
 import { INSTANCE_HEADER } from '../../contracts/instance.ts';
 import { signatureAnswer, signatureSchema } from '../signature-answer.ts';
+import { platformRuntimeSchema } from '../swarm-schema.ts';
 
 const lastUpdateSchema = z.object({
   status: z.string().nullable().describe('started, completed, rolled-back, neither or undecided; null if never updated'),
@@ -28,6 +29,7 @@ const checkSchema = z.object({
   warning: z.string().optional().describe('present when the remote digest is the build the last update tried and did not keep (it rolled back)'),
   lastUpdate: lastUpdateSchema,
   signature: signatureSchema,
+  platformRuntime: platformRuntimeSchema,
   ...ageFields,
 });
 
@@ -72,6 +74,7 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
           error: `the channel could not be observed within ${CHANNEL_CHECK_WAIT_MS / 1000} s: no observer answered (is the installer's controller running?)`,
           lastUpdate: last,
           signature: { policy: row?.data?.signature?.policy ?? 'off', result: null, detail: 'nothing was checked: the channel could not be observed', refused: false },
+          platformRuntime: settings.PLATFORM_RUNTIME,
           ...ageOf(row),
         };
       }
@@ -87,6 +90,7 @@ export const systemRoutes: FastifyPluginAsyncZod = async (app) => {
         ...(warning ? { warning } : {}),
         lastUpdate: last,
         signature: signatureAnswer(signature),
+        platformRuntime: settings.PLATFORM_RUNTIME,
         ...ageOf(row),
       };
     },

@@ -4,6 +4,7 @@ import type { ContainerView as Container } from '../../contracts/ports.ts';
 import type { ActorKind } from '../../contracts/audit.ts';
 import type { Condition } from '../../contracts/conditions.ts';
 import type { ReportCheck } from '../../contracts/preflight-report.ts';
+import type { PlatformRuntime, SwarmObservation } from '../../contracts/swarm.ts';
 
 export type Role = 'viewer' | 'operator' | 'admin';
 const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
@@ -155,6 +156,11 @@ export interface PlatformStatus {
   project: string;
   containers: Container[];
   engineError?: string;
+  /** Absent from a backend that predates it: compose. */
+  runtime?: PlatformRuntime;
+  /** With runtime swarm: the nodes, the stack's services and tasks; or why they could not be read. */
+  swarm?: SwarmObservation;
+  swarmError?: string;
   running: Job[];
   queued: Job[];
   lastActions: Record<string, { status: string; actor: string; at: string; exitCode: number | null; detail: string | null }>;
@@ -180,6 +186,8 @@ export interface SelfUpdateCheck {
   lastUpdate?: LastUpdate;
   /** The remote build's signature (absent from a backend that predates it). */
   signature?: SignatureCheck;
+  /** Where the platform runs (absent from a backend that predates it). */
+  platformRuntime?: PlatformRuntime;
 }
 
 export interface SignatureCheck {

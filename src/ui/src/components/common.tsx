@@ -10,6 +10,9 @@ const TONE: Record<string, string> = {
   queued: 'info', started: 'info', starting: 'warn', restarting: 'warn', created: 'info', paused: 'warn',
   exited: 'muted', dead: 'bad', removing: 'warn', unhealthy: 'bad', failed: 'bad', 'rolled-back': 'warn', neither: 'bad', undecided: 'bad',
   delivered: 'ok', pending: 'info',
+  // A Swarm's nodes, services and tasks (components/swarm-state.tsx).
+  ready: 'ok', active: 'ok', down: 'bad', disconnected: 'bad', drain: 'warn', pause: 'warn', rejected: 'bad', orphaned: 'bad',
+  updating: 'info', rollback_started: 'warn', rollback_paused: 'warn', rollback_completed: 'warn', assigned: 'info', preparing: 'info',
 };
 
 export function Badge(props: { value: string | null | undefined; title?: string }) {

@@ -14,6 +14,9 @@ export interface Entry {
   seq: number;
   timestamp: string;
   container: string;
+  /** On a Swarm: the node that ran the line's task, and the task (`web.2`), shown instead of the long container name. */
+  node?: string;
+  task?: string;
   /** The compose service, or the container's name when it has none: what the service filter lists. */
   source: string;
   stderr: boolean;
@@ -47,7 +50,10 @@ export class LogStore {
     const source = l.service || l.container;
     this.sources.add(source);
     const plain = l.line.includes('\x1b') ? Anser.ansiToText(l.line) : l.line;
-    this.ring[seq % this.capacity] = { seq, timestamp: l.timestamp, container: l.container, source, stderr: l.stream === 'stderr', line: l.line, plain };
+    const entry: Entry = { seq, timestamp: l.timestamp, container: l.container, source, stderr: l.stream === 'stderr', line: l.line, plain };
+    if (l.node !== undefined) entry.node = l.node;
+    if (l.task !== undefined) entry.task = l.task;
+    this.ring[seq % this.capacity] = entry;
     if (this.next - this.first > this.capacity) this.first = this.next - this.capacity;
   }
 

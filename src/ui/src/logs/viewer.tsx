@@ -37,7 +37,11 @@ const Row = memo(function Row(props: { e: Entry; utc: boolean }) {
       <span class="ts" title={e.timestamp}>
         {formatTime(e.timestamp, utc)}
       </span>{' '}
-      <span class="ctr">{e.container}</span> <span class="msg">{ansiLine(e.line)}</span>
+      {/* On a Swarm: the task and, beside it, the node that ran it (the container's full name on hover). */}
+      <span class="ctr" title={e.task !== undefined ? e.container : undefined}>
+        {e.task ?? e.container}
+      </span>
+      {e.node !== undefined && <span class="node">@{e.node}</span>} <span class="msg">{ansiLine(e.line)}</span>
     </div>
   );
 });
@@ -81,7 +85,8 @@ function wrappedGeometry(view: FilteredView, store: LogStore, cols: number, meas
 }
 
 function estimate(e: Entry, cols: number): number {
-  return Math.max(1, Math.ceil((PREFIX + e.container.length + e.plain.length) / cols)) * ROW;
+  const label = (e.task ?? e.container).length + (e.node !== undefined ? e.node.length + 1 : 0);
+  return Math.max(1, Math.ceil((PREFIX + label + e.plain.length) / cols)) * ROW;
 }
 
 export interface LogViewerProps {

@@ -9,6 +9,7 @@ import { Badge, Dialog, ErrorBox, Notice, TableScroll, usePoll } from '../compon
 import { JOB_KINDS } from '../../../contracts/job-kinds.ts';
 import { UpdatePolicyCard } from '../components/update-policy.tsx';
 import { UpdateHistoryCard } from '../components/update-history.tsx';
+import { SwarmCards } from '../components/swarm-state.tsx';
 
 /** What the buttons say of each kind POST /api/deployment/jobs starts; the rest is in the one table of job kinds. */
 export const ACTIONS = [
@@ -29,15 +30,21 @@ export function StatusPage() {
   const jobs = usePoll((signal) => api<Job[]>('/api/deployment/jobs?limit=15', { signal }), 5000);
   const s = status.data;
   const services = s ? [...new Set(s.containers.map((c) => c.service).filter(Boolean))].sort() : [];
+  const swarm = s?.runtime === 'swarm';
 
   return (
     <div class="page">
       <div class="page-head">
         <h1>Platform status</h1>
-        {s && <span class="muted">compose project <code>{s.project}</code></span>}
+        {s && (
+          <span class="muted" data-testid="platform-runtime">
+            {swarm ? 'Swarm stack' : 'compose project'} <code>{s.project}</code>
+          </span>
+        )}
       </div>
       <ErrorBox error={status.error} />
-      {s?.engineError && <Notice tone="bad">{s.engineError}</Notice>}
+      {s?.engineError && !(swarm && s.swarmError) && <Notice tone="bad">{s.engineError}</Notice>}
+      {swarm && <SwarmCards swarm={s.swarm} error={s.swarmError} />}
 
       <section class="card" aria-labelledby="containers-title">
         <h2 id="containers-title">Containers</h2>
