@@ -1,6 +1,7 @@
 // Opening one of the engine's log endpoints (a container's, a Swarm service's or task's) into a
-// line source. Over a unix socket the body is read directly (engine-http.ts); otherwise through
-// dockerode as a stream, since dockerode would buffer a read that does not follow whole.
+// line source, and following the engine's event stream for new sources to read. Over a unix socket
+// the body is read directly (engine-http.ts); otherwise through dockerode as a stream, since
+// dockerode would buffer a read that does not follow whole.
 import type Docker from 'dockerode';
 import type { Readable } from 'node:stream';
 import { openEngineStream } from './engine-http.ts';
@@ -55,4 +56,44 @@ export async function openLogStream(docker: Docker, path: string, params: LogPar
   stream.once('close', () => sink.end(stream.readableEnded ? null : new Error('the engine closed the log stream before its end')));
   sink.attach({ resume: () => stream.resume(), destroy: () => stream.destroy() });
   return true;
+}
+
+/** One event of the engine's event stream, as far as log followers read it. */
+export interface EngineEvent {
+  id?: string;
+  Actor?: { ID?: string; Attributes?: Record<string, string> };
+}
+
+/**
+ * Reads the engine's event stream line by line and hands each event `pick` names an id for to
+ * `joins` (a container started, a service created: a source to follow). The stream's end fails
+ * the queue, unless the read was closed on purpose.
+ */
+export function joinOnEvents(
+  events: Readable,
+  closer: { readonly closed: boolean },
+  joins: { add(id: string): void; fail(err: Error): void },
+  pick: (ev: EngineEvent) => string | null | undefined,
+): void {
+  let rest = '';
+  events.on('data', (chunk: Buffer) => {
+    rest += chunk.toString('utf8');
+    let nl: number;
+    while ((nl = rest.indexOf('\n')) >= 0) {
+      const text = rest.slice(0, nl);
+      rest = rest.slice(nl + 1);
+      try {
+        const id = pick(JSON.parse(text) as EngineEvent);
+        if (id) joins.add(id);
+      } catch {
+        /* not an event line */
+      }
+    }
+  });
+  const lost = () => {
+    if (!closer.closed) joins.fail(new Error('the engine closed its event stream'));
+  };
+  events.once('end', lost);
+  events.once('close', lost);
+  events.once('error', lost);
 }

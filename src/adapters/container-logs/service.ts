@@ -5,7 +5,7 @@
 import type Docker from 'dockerode';
 import type { Readable } from 'node:stream';
 import type { ContainerLogLine, ContainerLogsPort, LogFeed, LogSelection, PlatformContainer } from '../../contracts/ports.ts';
-import { openLogStream, type LogParams } from './open-logs.ts';
+import { joinOnEvents, openLogStream, type LogParams } from './open-logs.ts';
 import { LineSource, type ContainerRef, type SourceOptions } from './line-source.ts';
 import { Closer, gather, makeFeed, mergeOrdered, Wakeup } from './merge.ts';
 import { engineTime, NS_PER_MS, nsToTimestamp, timestampToNs } from './time.ts';
@@ -184,29 +184,7 @@ export class ContainerLogs implements ContainerLogsPort {
     if (sel.service !== undefined) label.push(`${SERVICE_LABEL}=${sel.service}`);
     const events = (await this.docker.getEvents({ filters: { type: ['container'], event: ['start'], label } })) as unknown as Readable;
     closer.track(events);
-    let rest = '';
-    events.on('data', (chunk: Buffer) => {
-      rest += chunk.toString('utf8');
-      let nl: number;
-      while ((nl = rest.indexOf('\n')) >= 0) {
-        const text = rest.slice(0, nl);
-        rest = rest.slice(nl + 1);
-        try {
-          const ev = JSON.parse(text) as { id?: string; Actor?: { ID?: string; Attributes?: Record<string, string> } };
-          const id = ev.Actor?.ID ?? ev.id;
-          const name = ev.Actor?.Attributes?.name;
-          if (id && (sel.containerName === undefined || name === sel.containerName)) joins.add(id);
-        } catch {
-          /* not an event line */
-        }
-      }
-    });
-    const lost = () => {
-      if (!closer.closed) joins.fail(new Error('the engine closed its event stream'));
-    };
-    events.once('end', lost);
-    events.once('close', lost);
-    events.once('error', lost);
+    joinOnEvents(events, closer, joins, (ev) => (sel.containerName === undefined || ev.Actor?.Attributes?.name === sel.containerName ? (ev.Actor?.ID ?? ev.id) : null));
   }
 
   private async *followAll(

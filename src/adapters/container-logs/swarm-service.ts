@@ -13,7 +13,7 @@ import type { ContainerLogLine, ContainerLogsPort, LogFeed, LogSelection } from 
 import { HoldBack } from './hold-back.ts';
 import { LineSource, type ContainerRef, type SourceOptions } from './line-source.ts';
 import { Closer, makeFeed, mergeOrdered, Wakeup } from './merge.ts';
-import { openLogStream, type LogParams } from './open-logs.ts';
+import { joinOnEvents, openLogStream, type LogParams } from './open-logs.ts';
 import { JoinQueue } from './service.ts';
 import { StackDirectory, taskIdOf, type StackService, type StackTask } from './swarm-directory.ts';
 import { engineTime, NS_PER_MS, nsToTimestamp, timestampToNs } from './time.ts';
@@ -155,28 +155,7 @@ export class SwarmServiceLogs implements ContainerLogsPort {
     const events = (await this.docker.getEvents({ filters: { type: ['service'], event: ['create'] } })) as unknown as Readable;
     closer.track(events);
     const wanted = (name: string) => (sel.service === undefined ? name.startsWith(`${sel.project}_`) : name === `${sel.project}_${sel.service}`);
-    let rest = '';
-    events.on('data', (chunk: Buffer) => {
-      rest += chunk.toString('utf8');
-      let nl: number;
-      while ((nl = rest.indexOf('\n')) >= 0) {
-        const text = rest.slice(0, nl);
-        rest = rest.slice(nl + 1);
-        try {
-          const ev = JSON.parse(text) as { Actor?: { ID?: string; Attributes?: Record<string, string> } };
-          const id = ev.Actor?.ID;
-          if (id && wanted(ev.Actor?.Attributes?.name ?? '')) joins.add(id);
-        } catch {
-          /* not an event line */
-        }
-      }
-    });
-    const lost = () => {
-      if (!closer.closed) joins.fail(new Error('the engine closed its event stream'));
-    };
-    events.once('end', lost);
-    events.once('close', lost);
-    events.once('error', lost);
+    joinOnEvents(events, closer, joins, (ev) => (wanted(ev.Actor?.Attributes?.name ?? '') ? ev.Actor?.ID : null));
   }
 
   private async *followAll(
