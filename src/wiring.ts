@@ -232,7 +232,7 @@ function reconcilers(
       migrateHostScriptPath: settings.MIGRATE_HOST_SCRIPT_PATH,
       platformImages: new PlatformImageSignatures(docker, engine.platformFiles, platformKeys),
       swarm: settings.PLATFORM_RUNTIME === 'swarm'
-        ? { db: reconcileDb, stack: new SwarmStack(docker, () => engine.platformFiles.target(), settings.PLATFORM_PROJECT), target: () => engine.platformFiles.target(), convergeSeconds: settings.PLATFORM_CONVERGE_TIMEOUT_SECONDS }
+        ? { db: reconcileDb, stack: new SwarmStack(docker, () => engine.platformFiles.target(), settings.PLATFORM_PROJECT, () => engine.platformFiles.readEnv()), target: () => engine.platformFiles.target(), convergeSeconds: settings.PLATFORM_CONVERGE_TIMEOUT_SECONDS }
         : undefined,
     },
     selfUpdate: { engine: selfUpdateEngine, runtime, settings: selfUpdateSettings, channel: settings.INSTALLER_CHANNEL, scrub, signatures },

@@ -198,7 +198,10 @@ export function runSwarmStep(d: SwarmStepDeps, step: string, services: readonly 
     if (!(await cli(args, `the stack ${stack}`, rendered.file, mode === 'all' ? [] : rendered.services))) return false;
     // Every service the deploy rendered runs as its file says again: a stop's counts are spent.
     await clearStopped(d.db, stack, mode === 'all' ? null : rendered.services);
-    return updatesHeld(rendered.services, since);
+    if (!(await updatesHeld(rendered.services, since))) return false;
+    const pruned = await d.stack.pruneObjects().catch(() => []);
+    if (pruned.length) say(`removed the secrets and configs no service uses any more: ${pruned.join(', ')}`);
+    return true;
   };
 
   const each = async (chosen: StackService[], argsOf: (s: StackService) => string[]): Promise<boolean> => {

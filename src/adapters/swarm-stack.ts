@@ -58,6 +58,7 @@ export interface RenderOptions {
 }
 
 type Json = Record<string, unknown>;
+const digestOf = (content: string | Buffer) => createHash('sha256').update(content).digest('hex').slice(0, 12);
 /** What of a task's spec says which version of its service it runs. */
 type TaskSpec = { ForceUpdate?: number; ContainerSpec?: { Image?: string; Env?: string[] } };
 const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -84,6 +85,8 @@ export class SwarmStack {
     private readonly docker: Docker,
     private readonly target: () => ComposeTarget,
     readonly stack: string,
+    /** The platform's .env, for secrets and configs that take their value from it. */
+    private readonly env: () => Promise<{ key: string; value: string }[]> = async () => [],
   ) {}
 
   /** The stack's services on the Swarm, in name order. */
@@ -248,14 +251,62 @@ export class SwarmStack {
       // Compose names the project's networks `<project>_<key>`; a stack does the same by itself.
       if (isObject(net) && net.name === `${this.stack}_${key}`) delete net.name;
     }
+    const env = new Map((await this.env()).map((e) => [e.key, e.value]));
     for (const kind of ['secrets', 'configs'] as const) {
       for (const [key, def] of Object.entries(isObject(config[kind]) ? config[kind] : {})) {
-        if (!isObject(def) || typeof def.file !== 'string') continue;
-        const digest = createHash('sha256').update(await readFile(def.file)).digest('hex').slice(0, 12);
-        def.name = `${this.stack}_${key}_${digest}`;
+        if (!isObject(def) || def.external === true) continue;
+        if (typeof def.file === 'string') {
+          def.name = `${this.stack}_${key}_${digestOf(await readFile(def.file))}`;
+          continue;
+        }
+        // A value from the project's .env (`environment:`) or written in the file (`content:`): a
+        // stack file takes neither, so the installer makes the Swarm object and the file names it.
+        const value = typeof def.environment === 'string' ? env.get(def.environment) : typeof def.content === 'string' ? def.content : undefined;
+        if (value === undefined) {
+          if (typeof def.environment === 'string') throw new Error(`the ${kind === 'secrets' ? 'secret' : 'config'} ${key} takes ${def.environment} from the platform's .env, which does not set it`);
+          continue;
+        }
+        const name = `${this.stack}_${key}_${digestOf(value)}`;
+        await this.ensureObject(kind, name, value);
+        config[kind] = { ...(config[kind] as Json), [key]: { name, external: true } };
       }
     }
     return { file: JSON.stringify(config), services: Object.keys(services) };
+  }
+
+  /** Makes the Swarm secret or config `name` with `value` unless it is there (its name carries its digest). */
+  private async ensureObject(kind: 'secrets' | 'configs', name: string, value: string): Promise<void> {
+    const Data = Buffer.from(value).toString('base64');
+    const spec = { Name: name, Data, Labels: { [STACK_LABEL]: this.stack } };
+    const existing = kind === 'secrets' ? await this.docker.listSecrets({ filters: { name: [name] } }) : await this.docker.listConfigs({ filters: { name: [name] } });
+    if (existing.some((o) => o.Spec?.Name === name)) return;
+    if (kind === 'secrets') await this.docker.createSecret(spec);
+    else await this.docker.createConfig(spec);
+  }
+
+  /**
+   * Removes the stack's secrets and configs no service uses any more (a changed value is a new
+   * object; its predecessor goes once the services have moved). Returns the names removed.
+   */
+  async pruneObjects(): Promise<string[]> {
+    const removed: string[] = [];
+    const filters = { label: [`${STACK_LABEL}=${this.stack}`] };
+    const used = new Set<string>();
+    for (const svc of await this.docker.listServices({ filters })) {
+      const spec = svc.Spec?.TaskTemplate as { ContainerSpec?: { Secrets?: { SecretName?: string }[]; Configs?: { ConfigName?: string }[] } } | undefined;
+      for (const x of spec?.ContainerSpec?.Secrets ?? []) if (x.SecretName) used.add(x.SecretName);
+      for (const x of spec?.ContainerSpec?.Configs ?? []) if (x.ConfigName) used.add(x.ConfigName);
+    }
+    const objects = [
+      ...(await this.docker.listSecrets({ filters })).map((o) => ({ name: o.Spec?.Name ?? '', remove: () => this.docker.getSecret(o.ID).remove() })),
+      ...(await this.docker.listConfigs({ filters })).map((o) => ({ name: o.Spec?.Name ?? '', remove: () => this.docker.getConfig(o.ID).remove() })),
+    ];
+    for (const o of objects) {
+      if (!o.name || used.has(o.name)) continue;
+      // Still held by a task being replaced: it goes at the next deploy.
+      if (await o.remove().then(() => true, () => false)) removed.push(o.name);
+    }
+    return removed;
   }
 
   /** The compose file as compose renders it with the .env (only `services` and what they need, when named). */

@@ -8,6 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { startTestApp, type TestApp } from '../helpers/api/app.ts';
 import { docker, REGISTRY, run, uniqueName } from '../helpers/e2e/rig.ts';
@@ -46,6 +47,7 @@ interface ServiceSpec {
   UpdateStatus?: { State: string };
 }
 const inspect = async (service: string): Promise<ServiceSpec> => JSON.parse(await docker(['service', 'inspect', `${stack}_${service}`]))[0];
+const inspectRaw = async (service: string): Promise<{ Spec: { TaskTemplate: { ContainerSpec: { Secrets?: { SecretName: string }[] } } } }> => JSON.parse(await docker(['service', 'inspect', `${stack}_${service}`]))[0];
 
 /** Waits until the service runs `n` tasks, all in the running state. */
 const converged = (service: string, n: number, timeoutMs = 90_000) =>
@@ -179,6 +181,23 @@ describe('jobs on a multi-node Swarm', () => {
     const up = await requestJobAndFollow(t, 'compose-up', ['worker']);
     expect(up.finished.outcome, JSON.stringify(up.events.slice(-8))).toBe('completed');
     expect(await converged('worker', 2)).toHaveLength(2);
+  });
+
+  it('a secret from the .env is a Swarm secret named by its digest; a new value moves the service to a new secret and the old one goes', async () => {
+    const name = (value: string) => `${stack}_api_token_${createHash('sha256').update(value).digest('hex').slice(0, 12)}`;
+    const secretsOf = async () => (await inspectRaw('worker')).Spec.TaskTemplate.ContainerSpec.Secrets?.map((x) => x.SecretName) ?? [];
+    expect(await secretsOf()).toEqual([name('first-token')]);
+    const operator = { authorization: `Bearer ${await t.token('operator')}` };
+    const put = await t.app.inject({ method: 'PUT', url: '/api/deployment/config', headers: operator, payload: { set: { API_TOKEN: 'second-token' } } });
+    expect(put.statusCode, put.body).toBe(202);
+    const { finished, events } = await requestJobAndFollow(t, 'apply-config', ['worker']);
+    expect(finished.outcome, JSON.stringify(events.slice(-8))).toBe('completed');
+    expect(await secretsOf()).toEqual([name('second-token')]);
+    expect(await converged('worker', 2)).toHaveLength(2);
+    const left = (await docker(['secret', 'ls', '--filter', `label=com.docker.stack.namespace=${stack}`, '--format', '{{.Name}}'])).trim().split('\n');
+    expect(left).toEqual([name('second-token')]);
+    // The value is in no job output.
+    expect(JSON.stringify(events)).not.toContain('second-token');
   });
 
   it('an update the Swarm rolls back (failure_action: rollback) fails the job with the Swarm\'s reason', async () => {
