@@ -30,6 +30,8 @@ describe('GET /api/system/self-update-check', () => {
       lastUpdate: { status: null, detail: null, at: null, targetDigest: null, jobId: null },
       // No key configured: the check says plainly that updates are not verified.
       signature: { policy: 'off', result: null, detail: NOT_VERIFIED, refused: false },
+      // Which runtime the platform is on (docs/adr/0056-platform-on-a-swarm.md).
+      platformRuntime: 'compose',
       observedAt: expect.any(String),
       ageMs: expect.any(Number),
     });

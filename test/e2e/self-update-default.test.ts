@@ -132,6 +132,8 @@ describe('a default install (deploy/.env.example) updating itself', () => {
       lastUpdate: { status: null, detail: null, at: null, targetDigest: null, jobId: null },
       // The default install has no signing key: its check says plainly that updates are not verified.
       signature: { policy: 'off', result: null, detail: NOT_VERIFIED, refused: false },
+      // The packaged stack runs the platform on this host unless PLATFORM_RUNTIME says swarm.
+      platformRuntime: 'compose',
       observedAt: expect.any(String),
       ageMs: expect.any(Number),
     });

@@ -101,6 +101,19 @@ describe('jobs on a multi-node Swarm', () => {
     expect(JSON.stringify(JSON.parse(await docker(['service', 'inspect', `${stack}_web`]))[0].Spec.TaskTemplate.ContainerSpec.Env)).toContain('ADMIN_EMAIL=alice@example.invalid');
   });
 
+  it('pull fetches on the manager, then on every other node that runs a task, through one-shot jobs that run nothing of the image', async () => {
+    const nodesOfWeb = new Set((await runningOf('web')).map((x) => x.node));
+    const { finished, events } = await requestJobAndFollow(t, 'pull', ['web']);
+    expect(finished.outcome, JSON.stringify(events.slice(-8))).toBe('completed');
+    const pulledOn = events.map((e) => /^pulled \S+ on node (\S+)$/.exec(String(e.data.line ?? ''))?.[1]).filter(Boolean);
+    const manager = (await docker(['info', '--format', '{{.Name}}'])).trim();
+    expect(new Set(pulledOn)).toEqual(new Set([...nodesOfWeb].filter((n) => n !== manager)));
+    expect(pulledOn.length).toBeGreaterThan(0);
+    // The one-shot jobs are gone, and the stack's services did not move.
+    expect((await docker(['service', 'ls', '--filter', `name=${stack}-pull-`, '--format', '{{.Name}}'])).trim()).toBe('');
+    expect(await converged('web', 3)).toHaveLength(3);
+  });
+
   describe('while a worker is drained', () => {
     beforeAll(async () => {
       await setAvailability(WORKERS[0], 'drain');
@@ -108,6 +121,14 @@ describe('jobs on a multi-node Swarm', () => {
     });
     afterAll(async () => {
       await setAvailability(WORKERS[0], 'active');
+    });
+
+    it('deploy goes through with the node drained: the templates again, and every task on the nodes still active', async () => {
+      const { finished, events } = await requestJobAndFollow(t, 'deploy');
+      expect(finished.outcome, JSON.stringify(events.slice(-8))).toBe('completed');
+      expect(await converged('web', 3)).toHaveLength(3);
+      expect(await converged('worker', 2)).toHaveLength(2);
+      expect((await tasks()).some((x) => x.node === WORKERS[0] && x.desired === 'running')).toBe(false);
     });
 
     it('restart replaces every web task start-first, on the nodes still active', async () => {
