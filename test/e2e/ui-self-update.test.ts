@@ -24,6 +24,8 @@ let browser: Browser;
 let context: BrowserContext;
 let page: Page;
 let password = '';
+/** The spec's "overlay wait before reload" without a gap seen: about 20 seconds. */
+const SETTLE_MS = 20_000;
 const poll = <T>(fn: () => T | Promise<T>, timeout = 60_000) => expect.poll(fn, { timeout, interval: 250 });
 
 /** The script as the README gives it; its output is what an operator reads. */
@@ -57,6 +59,8 @@ interface HealthSeen {
   failed: number;
   /** The processes that answered the start and then health, in order of first answer (`x-installer-instance`). */
   instances: string[];
+  /** From the click on Update now to the page's reload. */
+  reloadedAfterMs: number;
 }
 
 /**
@@ -65,7 +69,7 @@ interface HealthSeen {
  * than the one that accepted the update.
  */
 function watchHealth(p: Page): HealthSeen {
-  const seen: HealthSeen = { ok: 0, failed: 0, instances: [] };
+  const seen: HealthSeen = { ok: 0, failed: 0, instances: [], reloadedAfterMs: 0 };
   p.on('requestfinished', (r) => void (r.url().endsWith('/api/health') && seen.ok++));
   p.on('requestfailed', (r) => void (r.url().endsWith('/api/health') && seen.failed++));
   p.on('response', (r) => {
@@ -105,11 +109,14 @@ async function updateFromTheUi(shotName: string): Promise<HealthSeen> {
   expect(await dialog.getByTestId('preflight-engine').textContent()).toMatch(/^✓pass: Docker engine: the engine is .+; the target needs API \d+\.\d+ or newer$/);
   expect(await dialog.getByTestId('preflight-blocked').count()).toBe(0);
   const seen = watchHealth(page);
+  const clicked = Date.now();
   await dialog.getByRole('button', { name: 'Update now' }).click();
   await page.getByTestId('update-overlay').waitFor();
+  const reloaded = page.waitForEvent('load', { timeout: 10 * 60_000 });
   await shoot(page, shotName);
   // The overlay reloads the page once the installer answers again after its gap.
-  await page.waitForEvent('load', { timeout: 10 * 60_000 });
+  await reloaded;
+  seen.reloadedAfterMs = Date.now() - clicked;
   await page.getByTestId('user').waitFor({ timeout: 60_000 });
   return seen;
 }
@@ -174,9 +181,12 @@ describe('a real self-update from the UI, from scripts/try-self-update.sh', () =
     expect(before).toMatch(/^sha256:/);
     await poll(() => page.getByTestId('update-check').textContent()).toContain('a newer build is available');
     const seen = await updateFromTheUi('self-update-overlay');
-    // The switch takes less than the overlay's 3 s poll interval: it sees the gap as failed polls, or
-    // as the new backend answering where the old one, which accepted the update, did.
-    expect(seen.failed > 0 || seen.instances.length > 1, `the overlay saw the installer down or replaced: ${JSON.stringify(seen)}`).toBe(true);
+    // The overlay reloads once it sees the gap: failed polls, or the new backend answering where the
+    // old one, which accepted the update, did (a switch shorter than its 3 s poll). Or, as the spec
+    // has it, after about 20 s of the old backend still answering: on a loaded host the helper's
+    // pull and backup can outlast that, and the job page it lands on follows the switch (below).
+    const sawSwitch = seen.failed > 0 || seen.instances.length > 1;
+    expect(sawSwitch || seen.reloadedAfterMs >= SETTLE_MS, `the overlay saw the installer down or replaced, or waited it out: ${JSON.stringify(seen)}`).toBe(true);
     expect(seen.ok).toBeGreaterThan(0);
 
     await transcriptShown('self-update-transcript', 'completed', /self-update: running: VERSION=\S+ INSTALLER_INIT_REPLICAS=0 docker compose /);

@@ -30,9 +30,20 @@ export interface Stack {
   down(): Promise<void>;
 }
 
-/** Removes containers with the installer's fixed names that an earlier, interrupted run left. */
+/** The project name deploy/docker-compose*.yml give themselves (`name:`), as an operator's stack has it. */
+export const FILE_PROJECT = 'installer';
+
+/**
+ * Removes what an earlier, interrupted run left: containers with the installer's fixed names, and
+ * the volumes of the file's own project. A stack deployed as an operator does (no -p) reuses those
+ * volumes by name, and a database volume another run initialised with its own password refuses the
+ * next one's ("password authentication failed").
+ */
 export async function removeLeftovers(): Promise<void> {
   await run('docker', ['rm', '-f', ...FIXED_CONTAINERS]);
+  const volumes = await docker(['volume', 'ls', '-q', '--filter', `label=com.docker.compose.project=${FILE_PROJECT}`]);
+  const names = volumes.split('\n').filter(Boolean);
+  if (names.length > 0) await docker(['volume', 'rm', '-f', ...names]);
 }
 
 export async function startStack(opts: { version: string; channel?: 'dev' | 'prod'; env?: Record<string, string> }): Promise<Stack> {
