@@ -11,7 +11,7 @@ import { clearConfigChanges, pendingConfigChanges, type Sealer } from '../src/st
 import { getSetting } from '../src/state/settings.ts';
 import { engineUnreachable, parsePullProgress, runCompose, type ComposeRun, type Stream } from '../src/adapters/compose-cli.ts';
 import type { InstallerEnv, PlatformFiles } from '../src/adapters/platform-files.ts';
-import { isComposeProcessOf, terminateGroup } from '../src/adapters/processes.ts';
+import { isPlatformProcessOf, terminateGroup } from '../src/adapters/processes.ts';
 import type { PlatformImageSignatures } from '../src/adapters/platform-images.ts';
 import { done, type ReconcileResult } from './runtime/reconcile.ts';
 import { pullOnNodes, runSwarmStep, swarmCommand, SWARM_STEPS, type SwarmRun, type SwarmStepDeps } from './compose-job/swarm-steps.ts';
@@ -64,9 +64,9 @@ export class ComposeJobReconciler {
     return done();
   }
 
-  /** A restart left a compose run of ours behind: end it before the job is closed as interrupted. */
+  /** A restart left a docker CLI run of ours behind (compose, or stack and service on a Swarm): end it before the job is closed as interrupted. */
   stopLeftover(job: { runnerPid: number | null }): void {
-    if (job.runnerPid && isComposeProcessOf(job.runnerPid, this.d.platform.project)) terminateGroup(job.runnerPid);
+    if (job.runnerPid && isPlatformProcessOf(job.runnerPid, this.d.platform.project)) terminateGroup(job.runnerPid);
   }
 
   private plan(job: JobView, io: JobIO): ChartPlan {
@@ -154,10 +154,14 @@ export class ComposeJobReconciler {
           if (progress) io.line('progress', { ...progress, line: text }, text);
           else io.line('output', { stream, line: text }, text);
         };
-        if (swarm) run = swarmRun = runSwarmStep(swarm, input.step, services, job.jobId, onLine);
-        else run = runCompose(this.d.platform.target(), args, onLine);
+        // The running CLI's pid, for the next boot to stop it should this process die (stopLeftover).
+        const recordPid = (pid: number | undefined) => void updateJobStatus(db, job.jobId, { runnerPid: pid ?? null }).catch(() => {});
+        if (swarm) run = swarmRun = runSwarmStep(swarm, input.step, services, job.jobId, onLine, recordPid);
+        else {
+          run = runCompose(this.d.platform.target(), args, onLine);
+          recordPid(run.pid);
+        }
         current = run;
-        void updateJobStatus(db, job.jobId, { runnerPid: run.pid ?? null }).catch(() => {});
         void run.exited.then(async (code) => {
           exited = true;
           // Compose could not reach the engine: say so rather than only "exited with code 1".

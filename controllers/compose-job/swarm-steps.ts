@@ -52,7 +52,15 @@ export function swarmCommand(step: string, stack: string, services: readonly str
   }
 }
 
-export function runSwarmStep(d: SwarmStepDeps, step: string, services: readonly string[], jobId: string, onLine: (stream: Stream, line: string) => void): SwarmRun {
+/** `onCli` hears the pid of each docker CLI the step starts (one step may run several in turn). */
+export function runSwarmStep(
+  d: SwarmStepDeps,
+  step: string,
+  services: readonly string[],
+  jobId: string,
+  onLine: (stream: Stream, line: string) => void,
+  onCli: (pid: number | undefined) => void = () => {},
+): SwarmRun {
   let current: ComposeRun | undefined;
   let cancelled = false;
   let failure: string | null = null;
@@ -84,6 +92,7 @@ export function runSwarmStep(d: SwarmStepDeps, step: string, services: readonly 
     seen.clear();
     const run = runDocker(d.target(), args, output, input === undefined ? {} : { input });
     current = run;
+    onCli(run.pid);
     let timedOut = false;
     let timer: NodeJS.Timeout | undefined;
     let quietSince = Date.now();

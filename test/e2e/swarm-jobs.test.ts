@@ -17,6 +17,7 @@ import { killWorker, reviveWorker, setAvailability, waitReady, WORKERS } from '.
 import { eventually } from '../helpers/shared/eventually.ts';
 import { ROOT } from '../helpers/shared/process.ts';
 import { putSetting } from '../../src/state/settings.ts';
+import { isPlatformProcessOf } from '../../src/adapters/processes.ts';
 
 const FIXTURE = path.join(ROOT, 'test/fixtures/swarm-platform');
 const stack = uniqueName('swarmt');
@@ -241,7 +242,15 @@ describe('jobs on a multi-node Swarm', () => {
     writeFileSync(compose, readFileSync(compose, 'utf8').replace('      replicas: 2\n', '      replicas: 2\n      placement:\n        constraints: ["node.labels.no-such-label==x"]\n'));
     const put = await t.app.inject({ method: 'PUT', url: '/api/deployment/config', headers: operator, payload: { set: { WEB_MODE: 'ok' } } });
     expect(put.statusCode, put.body).toBe(202);
-    const { finished, events } = await requestJobAndFollow(t, 'compose-up', ['worker']);
+    const jobId = await requestJob(t, 'compose-up', ['worker']);
+    // While it waits, its row names the `docker stack deploy` it runs: a backend restarted now stops
+    // that CLI before it closes the job as interrupted (stopLeftover), as it stops a compose run.
+    const pid = await eventually(async () => {
+      const row = await t.db.database.db.selectFrom('deployment_job_status').select('runner_pid').where('job_id', '=', jobId).executeTakeFirst();
+      return row?.runner_pid && isPlatformProcessOf(row.runner_pid, stack) ? row.runner_pid : null;
+    }, 'the job to record the CLI it runs', 20_000, 100);
+    expect(readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').slice(0, 3)).toEqual(['docker', 'stack', 'deploy']);
+    const { finished, events } = await followToEnd(jobId);
     expect(finished.outcome, JSON.stringify(events.slice(-8))).toBe('failed');
     expect(String(finished.detail)).toContain('up-pulled failed: the stack');
     expect(String(finished.detail)).toContain('did not converge: no progress within 20 s');

@@ -13,11 +13,10 @@ import { engineTime, NS_PER_MS, nsToTimestamp, timestampToNs } from './time.ts';
 const PROJECT_LABEL = 'com.docker.compose.project';
 const SERVICE_LABEL = 'com.docker.compose.service';
 
-interface ContainerLogsOptions {
+/** What both log ports (this one, and swarm-service.ts for a Swarm stack) take. */
+export interface LogsOptions {
   /** Applied to every line before it leaves the adapter (the installer's secrets). */
   scrub: (line: string) => string;
-  /** Lines a resumed follower reads to find the last line already delivered before it falls back to a `since` scan. */
-  resumeWindow?: number;
   /**
    * Raw read-ahead per engine connection of a history read; the connection is paused beyond it.
    * Followers use a quarter of it: live lines come slowly, and there may be many followers.
@@ -30,7 +29,13 @@ interface ContainerLogsOptions {
   warn?: (details: Record<string, unknown>, message: string) => void;
 }
 
-type FeedMode = { kind: 'tail'; tail: number } | { kind: 'window'; since?: bigint; until?: bigint; follow: boolean };
+interface ContainerLogsOptions extends LogsOptions {
+  /** Lines a resumed follower reads to find the last line already delivered before it falls back to a `since` scan. */
+  resumeWindow?: number;
+}
+
+/** A feed's reading: the last lines then live, or a window of time (followed when it reaches now). */
+export type FeedMode = { kind: 'tail'; tail: number } | { kind: 'window'; since?: bigint; until?: bigint; follow: boolean };
 
 interface ResumePoint {
   /** The last line of this container already read: resume right after it. */

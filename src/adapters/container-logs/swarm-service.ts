@@ -14,28 +14,18 @@ import { HoldBack } from './hold-back.ts';
 import { LineSource, type ContainerRef, type SourceOptions } from './line-source.ts';
 import { Closer, makeFeed, mergeOrdered, Wakeup } from './merge.ts';
 import { joinOnEvents, openLogStream, type LogParams } from './open-logs.ts';
-import { JoinQueue } from './service.ts';
+import { JoinQueue, type FeedMode, type LogsOptions } from './service.ts';
 import { StackDirectory, taskIdOf, type StackService, type StackTask } from './swarm-directory.ts';
 import { engineTime, NS_PER_MS, nsToTimestamp, timestampToNs } from './time.ts';
 
 const NS_PER_S = 1_000_000_000n;
 
-interface SwarmLogsOptions {
-  /** Applied to every line before it leaves the adapter (the installer's secrets). */
-  scrub: (line: string) => string;
-  /** Raw read-ahead per engine connection of a history read; followers use a quarter of it. */
-  bufferBytes?: number;
-  maxLineBytes?: number;
-  /** Grace after `until` before a following window ends, for lines stamped in time but delivered late. */
-  untilGraceMs?: number;
+interface SwarmLogsOptions extends LogsOptions {
   /** How long a live line is held for lines of other nodes stamped before it (hold-back.ts). */
   holdMs?: number;
   /** A history read ends at the first line stamped this long after its end (the engine ignores `until`). */
   stopAfterMs?: number;
-  warn?: (details: Record<string, unknown>, message: string) => void;
 }
-
-type FeedMode = { kind: 'tail'; tail: number } | { kind: 'window'; since?: bigint; until?: bigint; follow: boolean };
 
 interface Opened {
   dir: StackDirectory;
