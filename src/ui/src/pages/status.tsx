@@ -29,8 +29,9 @@ export function StatusPage() {
   const status = usePoll((signal) => api<PlatformStatus>('/api/deployment/status', { signal }), 5000);
   const jobs = usePoll((signal) => api<Job[]>('/api/deployment/jobs?limit=15', { signal }), 5000);
   const s = status.data;
-  const services = s ? [...new Set(s.containers.map((c) => c.service).filter(Boolean))].sort() : [];
   const swarm = s?.runtime === 'swarm';
+  // On a Swarm the stack's services, also those scaled to zero (no task, so no container, is left of them).
+  const services = s ? [...new Set(swarm && s.swarm ? s.swarm.services.map((x) => x.service) : s.containers.map((c) => c.service).filter(Boolean))].sort() : [];
 
   return (
     <div class="page">
@@ -46,47 +47,50 @@ export function StatusPage() {
       {s?.engineError && !(swarm && s.swarmError) && <Notice tone="bad">{s.engineError}</Notice>}
       {swarm && <SwarmCards swarm={s.swarm} error={s.swarmError} />}
 
-      <section class="card" aria-labelledby="containers-title">
-        <h2 id="containers-title">Containers</h2>
-        {!s ? (
-          <p class="muted">Loading…</p>
-        ) : s.containers.length === 0 ? (
-          <p class="muted">No containers of the platform exist. An operator can deploy it.</p>
-        ) : (
-          <TableScroll label="Containers">
-            <table class="table" data-testid="containers">
-              <thead>
-                <tr>
-                  <th>Container</th>
-                  <th>Service</th>
-                  <th>State</th>
-                  <th>Health</th>
-                  <th>Image</th>
-                  <th>Since</th>
-                </tr>
-              </thead>
-              <tbody>
-                {s.containers.map((c) => (
-                  <tr key={c.name} data-container={c.name}>
-                    <td>
-                      <code>{c.name}</code>
-                    </td>
-                    <td>{c.service}</td>
-                    <td>
-                      <Badge value={c.state} />
-                    </td>
-                    <td>{c.health ? <Badge value={c.health} /> : <span class="muted">no check</span>}</td>
-                    <td class="ellipsis" title={`${c.image}${c.digest ? `\n${c.digest}` : ''}`}>
-                      {c.image}
-                    </td>
-                    <td title={time(c.since)}>{ago(c.since)}</td>
+      {/* On a Swarm the Tasks card is the containers' view, with their nodes; the manager knows no container's health. */}
+      {!swarm && (
+        <section class="card" aria-labelledby="containers-title">
+          <h2 id="containers-title">Containers</h2>
+          {!s ? (
+            <p class="muted">Loading…</p>
+          ) : s.containers.length === 0 ? (
+            <p class="muted">No containers of the platform exist. An operator can deploy it.</p>
+          ) : (
+            <TableScroll label="Containers">
+              <table class="table" data-testid="containers">
+                <thead>
+                  <tr>
+                    <th>Container</th>
+                    <th>Service</th>
+                    <th>State</th>
+                    <th>Health</th>
+                    <th>Image</th>
+                    <th>Since</th>
                   </tr>
-                ))}
-              </tbody>
-            </table>
-          </TableScroll>
-        )}
-      </section>
+                </thead>
+                <tbody>
+                  {s.containers.map((c) => (
+                    <tr key={c.name} data-container={c.name}>
+                      <td>
+                        <code>{c.name}</code>
+                      </td>
+                      <td>{c.service}</td>
+                      <td>
+                        <Badge value={c.state} />
+                      </td>
+                      <td>{c.health ? <Badge value={c.health} /> : <span class="muted">no check</span>}</td>
+                      <td class="ellipsis" title={`${c.image}${c.digest ? `\n${c.digest}` : ''}`}>
+                        {c.image}
+                      </td>
+                      <td title={time(c.since)}>{ago(c.since)}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </TableScroll>
+          )}
+        </section>
+      )}
 
       {hasRole(me, 'operator') ? (
         <ActionsCard services={services} busy={!!s && s.running.length + s.queued.length > 0} />
