@@ -32,6 +32,17 @@ export const HELD_OFF = 'node.labels.io.installer.stopped==true';
 /** How long the CLI must have brought no news before the manager's own view is asked. */
 const QUIET_MS = 4_000;
 
+/** Whether the docker CLI's `stack deploy` can wait for convergence (`--detach`, CLI 26.0 and newer): asked once. */
+let deployWaits: Promise<boolean> | undefined;
+function stackDeployWaits(target: ComposeTarget): Promise<boolean> {
+  deployWaits ??= (async () => {
+    const help: string[] = [];
+    await runDocker(target, ['stack', 'deploy', '--help'], (_stream, line) => help.push(line)).exited;
+    return help.some((l) => /--detach\b/.test(l));
+  })();
+  return deployWaits;
+}
+
 /** The command a step's phase event names (what an operator would type for it). */
 export function swarmCommand(step: string, stack: string, services: readonly string[]): string {
   const named = services.length ? services.map((s) => `${stack}_${s}`).join(' ') : `<every service of ${stack}>`;
@@ -87,9 +98,13 @@ export function runSwarmStep(
    * another, takes as long as it takes while its tasks move, and a task that never starts stops
    * the news.
    */
-  const cli = async (args: string[], what: string, input?: string, waitsFor: readonly string[] | null = null, again = false): Promise<boolean> => {
+  const cli = async (given: string[], what: string, input?: string, waitsFor: readonly string[] | null = null, again = false): Promise<boolean> => {
     if (cancelled) return false;
     seen.clear();
+    // A CLI older than 26.0 has no `stack deploy --detach`: it only submits, and the step waits itself.
+    const waitsItself = given[0] === 'stack' && given.includes('--detach=false') && !(await stackDeployWaits(d.target()));
+    const args = waitsItself ? given.filter((a) => a !== '--detach=false') : given;
+    if (waitsItself) say(`this docker CLI's stack deploy cannot wait (--detach came with CLI 26.0): the step waits for the services to converge itself, with the same bound`);
     const run = runDocker(d.target(), args, output, input === undefined ? {} : { input });
     current = run;
     onCli(run.pid);
@@ -140,7 +155,37 @@ export function runSwarmStep(
       failure = cancelled ? null : `${step} failed: ${what} exited with code ${code}`;
       return false;
     }
-    return true;
+    return waitsItself && waitsFor !== null ? converge(waitsFor, what) : true;
+  };
+
+  /**
+   * What `--detach=false` does, for a CLI that only submitted the stack: the services converge as
+   * the manager sees them (twice in a row), with the same bound on progress and the same failure.
+   * The news is each service's running count, written when it changes.
+   */
+  const converge = async (waitsFor: readonly string[], what: string): Promise<boolean> => {
+    let last: string[] = [];
+    let quietSince = Date.now();
+    let agreed = 0;
+    while (!cancelled) {
+      const now = await d.stack.progress(waitsFor).catch(() => last);
+      const news = now.filter((l) => !last.includes(l));
+      if (news.length) {
+        for (const l of news) onLine('stdout', l);
+        quietSince = Date.now();
+      }
+      last = now;
+      const lost = await d.stack.lostMidUpdate(waitsFor).catch(() => []);
+      if (lost.length) return updateAgain(lost, waitsFor);
+      agreed = (await d.stack.converged(waitsFor).catch(() => false)) ? agreed + 1 : 0;
+      if (agreed >= 2) return true;
+      if (Date.now() - quietSince >= bound * 1000) {
+        failure = `${step} failed: ${what} did not converge: no progress within ${bound} s`;
+        return false;
+      }
+      await new Promise((r) => setTimeout(r, 2_000));
+    }
+    return false;
   };
 
   /**
@@ -196,7 +241,10 @@ export function runSwarmStep(
   const deploy = async (mode: 'all' | 'chosen' | 'recreate'): Promise<boolean> => {
     const saved = await stoppedServices(d.db, stack);
     const replicas = new Map([...saved.values()].filter((s) => s.replicas !== null).map((s) => [s.service, s.replicas!]));
+    // An older CLI reads a stack file as version 1 unless it says otherwise; 3.9 is the newest 20.10 knows.
+    const olderCli = !(await stackDeployWaits(d.target()));
     const rendered = await d.stack.render({
+      ...(olderCli ? { fileVersion: '3.9' } : {}),
       services: mode === 'all' ? [] : services,
       replicas,
       ...(mode === 'recreate' ? { recreateLabel: { key: 'io.installer.applied', value: jobId } } : {}),

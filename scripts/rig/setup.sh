@@ -174,6 +174,26 @@ install_cosign() {
   cosign version >/dev/null 2>&1 || die "cosign does not run after install, see $RIG_LOG/apt.log"
 }
 
+# A docker CLI older than 26.0, whose `stack deploy` cannot wait for convergence (no --detach):
+# bookworm's 20.10 client, kept apart from PATH. The Swarm steps' own wait is tested with it
+# (test/e2e/swarm-older-cli.test.ts); the engine stays 26.1.
+OLD_CLI="$RIG_STATE/docker-cli-20.10/docker"
+install_old_cli() {
+  local dl ver
+  if [[ -x $OLD_CLI ]] && "$OLD_CLI" --version 2>/dev/null | grep -q ' 20\.10\.'; then return 0; fi
+  log "keeping bookworm's docker CLI 20.10 at $OLD_CLI"
+  ver="$(apt-cache madison docker.io | awk '$3 ~ /^20\.10\./ {print $3; exit}')"
+  [[ -n $ver ]] || die "bookworm's docker.io 20.10 is not in the package lists"
+  make_tmp dl
+  chmod 0755 "$dl"
+  chown _apt "$dl" 2>/dev/null || :
+  (cd "$dl" && apt-get -qq download "docker.io=$ver") >>"$RIG_LOG/apt.log" 2>&1 ||
+    die "apt-get download docker.io=$ver failed, see $RIG_LOG/apt.log"
+  dpkg-deb -x "$dl"/docker.io_*.deb "$dl/root"
+  mkdir -p "$(dirname "$OLD_CLI")"
+  install -m 0755 "$dl/root/usr/bin/docker" "$OLD_CLI"
+}
+
 check_compose() {
   # Whichever docker is first on PATH (here /usr/local/bin/docker 28.x before
   # Debian's /usr/bin/docker 20.10) must find the plugin; both search
@@ -354,6 +374,7 @@ install_packages
 install_engine
 install_compose
 install_cosign
+install_old_cli
 check_compose
 start_dockerd
 start_registry

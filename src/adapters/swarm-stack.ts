@@ -55,6 +55,11 @@ export interface RenderOptions {
   replicas?: ReadonlyMap<string, number>;
   /** A container label set on the named services, so their tasks are replaced even if nothing else changed. */
   recreateLabel?: { key: string; value: string };
+  /**
+   * The file's `version`, for a docker CLI older than 26.0, whose `stack deploy` reads a file
+   * without one as version 1 and refuses it ("unsupported Compose file version: 1.0").
+   */
+  fileVersion?: string;
 }
 
 type Json = Record<string, unknown>;
@@ -166,6 +171,19 @@ export class SwarmStack {
     return lost;
   }
 
+  /** Each named service (all when none is) as `<name>: <running>/<meant to run> tasks running`, with its update state while it has one. */
+  async progress(services: readonly string[]): Promise<string[]> {
+    const all = (await this.services()).filter((x) => !services.length || services.includes(x.service));
+    return Promise.all(
+      all.map(async (s) => {
+        const tasks = await this.docker.listTasks({ filters: { service: [s.name], 'desired-state': ['running'] } });
+        const running = tasks.filter((t) => t.Status?.State === 'running').length;
+        const update = s.update && s.update.state !== 'completed' ? ` (update ${s.update.state})` : '';
+        return `${s.name}: ${running}/${s.replicas ?? tasks.length} tasks running${update}`;
+      }),
+    );
+  }
+
   /** How many of the service's tasks are meant to run and have not stopped yet. */
   async runningTasks(serviceName: string): Promise<number> {
     const tasks = await this.docker.listTasks({ filters: { service: [serviceName], 'desired-state': ['running'] } });
@@ -271,7 +289,7 @@ export class SwarmStack {
         config[kind] = { ...(config[kind] as Json), [key]: { name, external: true } };
       }
     }
-    return { file: JSON.stringify(config), services: Object.keys(services) };
+    return { file: JSON.stringify(opts.fileVersion ? { version: opts.fileVersion, ...config } : config), services: Object.keys(services) };
   }
 
   /** Makes the Swarm secret or config `name` with `value` unless it is there (its name carries its digest). */
