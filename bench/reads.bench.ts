@@ -9,11 +9,11 @@
 //   channel's build signed by the real signer: each check then also reads the build's signature
 //   from the registry and verifies it.
 import { mkdtempSync, rmSync } from 'node:fs';
-import { networkInterfaces, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Bench, Figure } from './run.ts';
 import { ensureRig, REGISTRY } from '../test/helpers/e2e/rig.ts';
-import { registryDoor, type RegistryDoor } from '../test/helpers/e2e/fake-registries.ts';
+import { registryDoorForContainers, type RegistryDoor } from '../test/helpers/e2e/fake-registries.ts';
 import { makeKeyPair, signBuild } from '../test/helpers/e2e/signing.ts';
 import { Images, startInstaller, type InstallerUnderTest } from '../test/helpers/e2e/self-update-rig.ts';
 
@@ -55,9 +55,7 @@ async function checkWithKey(images: Images, digest: string, log: (s: string) => 
     // The backend reads signatures from inside its container, where the rig's registry (the host's
     // loopback) is out of reach: a relay on one of the machine's own addresses stands in, as in the
     // packaged stack's signature test.
-    const own = Object.values(networkInterfaces()).flat().find((a) => a && a.family === 'IPv4' && !a.internal);
-    if (!own) throw new Error('the machine has no IPv4 address but loopback: the backend cannot reach a relay');
-    door = await registryDoor(REGISTRY, own.address);
+    door = await registryDoorForContainers(REGISTRY);
     i = await startInstaller(images, 'bench-reads', { SIGNATURE_PUBLIC_KEYS_FILE: key, SIGNATURE_REGISTRY_ENDPOINTS: `${REGISTRY}=http://${door.address}` });
     const verdict = (await i.get(CHECK)).body as { signature?: { result?: string } };
     if (verdict.signature?.result !== 'verified') throw new Error(`the check with a key did not verify the build: ${JSON.stringify(verdict)}`);

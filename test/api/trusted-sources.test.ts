@@ -9,7 +9,8 @@ import http from 'node:http';
 import https from 'node:https';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync } from 'node:fs';
-import { networkInterfaces, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
+import { ownIPv4 } from '../helpers/shared/own-address.ts';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { generate } from 'selfsigned';
@@ -93,12 +94,7 @@ function routes(name: keyof typeof seen) {
 }
 
 /** An IPv4 address of this machine that is not loopback: plain http to it must be refused. */
-function outsideAddress(): string {
-  for (const list of Object.values(networkInterfaces())) {
-    for (const i of list ?? []) if (i.family === 'IPv4' && !i.internal && !i.address.startsWith('127.')) return i.address;
-  }
-  throw new Error('this machine has no non-loopback IPv4 address: the "plain http to another host" cases need one');
-}
+const outsideAddress = () => ownIPv4('the "plain http to another host" cases need one');
 
 beforeAll(async () => {
   const made = await generate([{ name: 'commonName', value: 'sources.test' }], {

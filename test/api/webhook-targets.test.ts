@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import { createHmac, randomUUID, timingSafeEqual } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
-import { networkInterfaces } from 'node:os';
+import { ownIPv4 } from '../helpers/shared/own-address.ts';
 import { startTestApp, TEST_SECRETS, type TestApp } from '../helpers/api/app.ts';
 import { eventually } from '../helpers/shared/eventually.ts';
 import { Sealer } from '../../src/state/platform-config.ts';
@@ -62,10 +62,7 @@ async function receiver(host: string): Promise<Receiver> {
 }
 
 /** An address of this machine on a non-loopback interface: one of the installer's own networks. */
-function ownAddress(): string {
-  for (const infos of Object.values(networkInterfaces())) for (const i of infos ?? []) if (!i.internal && i.family === 'IPv4') return i.address;
-  throw new Error('this machine has no non-loopback IPv4 interface to test the own-network rule with');
-}
+const ownAddress = () => ownIPv4('the own-network rule needs one to test with');
 
 /** An endpoint as one added before the rule existed (or by an older build): straight into the table, without the allowance. */
 async function legacyEndpoint(url: string): Promise<string> {

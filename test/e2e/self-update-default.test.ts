@@ -16,10 +16,9 @@ import { eventually } from '../helpers/shared/eventually.ts';
 import { HELPER, helperExit, helperState, Images, localDigest, STAGED_FILE, STAGING_ROOT } from '../helpers/e2e/self-update-rig.ts';
 import { NOT_VERIFIED } from '../../src/contracts/signatures.ts';
 import { makeKeyPair, signBuild } from '../helpers/e2e/signing.ts';
-import { registryDoor, type RegistryDoor } from '../helpers/e2e/fake-registries.ts';
+import { registryDoorForContainers, type RegistryDoor } from '../helpers/e2e/fake-registries.ts';
 import { REGISTRY } from '../helpers/e2e/rig.ts';
 import { parseSse } from '../helpers/shared/sse.ts';
-import { networkInterfaces } from 'node:os';
 
 const images = new Images();
 const BASE = 'base';
@@ -225,9 +224,7 @@ describe('the same install with signing keys in its .env', () => {
   };
 
   beforeAll(async () => {
-    const own = Object.values(networkInterfaces()).flat().find((a) => a && a.family === 'IPv4' && !a.internal);
-    if (!own) throw new Error('the machine has no IPv4 address but loopback: the backend cannot reach a relay');
-    door = await registryDoor(REGISTRY, own.address);
+    door = await registryDoorForContainers(REGISTRY);
     const installerKey = await makeKeyPair(keysDir, 'installer');
     const platformKey = await makeKeyPair(keysDir, 'platform');
     const env = readFileSync(path.join(workDir, '.env'), 'utf8');

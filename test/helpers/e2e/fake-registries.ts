@@ -5,6 +5,7 @@
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { connect, createServer as createTcpServer, type Server as TcpServer, type Socket } from 'node:net';
 import { freePort } from './rig.ts';
+import { ownIPv4 } from '../shared/own-address.ts';
 
 export interface FakeRegistry {
   kind: string;
@@ -95,6 +96,12 @@ export interface RegistryDoor {
   shut(): Promise<void>;
   open(): Promise<void>;
 }
+
+/**
+ * A door on one of the machine's own addresses, for a backend in a container: the rig's registry
+ * listens on the host's loopback, which a container does not reach.
+ */
+export const registryDoorForContainers = (target: string) => registryDoor(target, ownIPv4('a backend in a container cannot reach a relay'));
 
 /** `host`: the address it listens on, e.g. one of the machine's own that containers reach. */
 export async function registryDoor(target: string, host = '127.0.0.1'): Promise<RegistryDoor> {
