@@ -1,7 +1,8 @@
 // Feeds and merging: the closable, read-once feed the service hands out, and the merges of line
 // sources in timestamp order (strict for history, per batch for live lines).
-import type { ContainerLogLine, LogFeed } from '../../contracts/ports.ts';
+import type { ContainerLogLine, ContainerLogsPort, LogFeed, LogSelection } from '../../contracts/ports.ts';
 import type { LineSource } from './line-source.ts';
+import { NS_PER_MS } from './time.ts';
 
 // Batches stay well below V8's large-object size, so that the strings built from them die young
 // instead of piling up in the old generation until a full collection.
@@ -207,4 +208,43 @@ export function gather(sources: LineSource[], lastLine: Map<string, ContainerLog
     bytes += line.line.length + 100;
   }
   return batch;
+}
+
+/** A feed's reading: the last lines then live, or a window of time (followed when it reaches now). */
+export type FeedMode = { kind: 'tail'; tail: number } | { kind: 'window'; since?: bigint; until?: bigint; follow: boolean };
+
+/** When a feed began (epoch ns), and whether it goes on past then with new lines. */
+export interface FeedStart {
+  startNs: bigint;
+  follow: boolean;
+}
+
+/**
+ * `live` and `window` of a log port (the compose project's containers, or a Swarm stack's tasks):
+ * each is a feed that opens (subscribes first, when it follows, to what starts later, then lists
+ * what it reads) and then runs over what it opened.
+ */
+export abstract class FeedPort<Opened> implements ContainerLogsPort {
+  live(selection: LogSelection, opts: { tail: number }): LogFeed {
+    return this.feed(selection, { kind: 'tail', tail: opts.tail });
+  }
+
+  window(selection: LogSelection, opts: { since?: bigint; until?: bigint; follow: boolean }): LogFeed {
+    return this.feed(selection, { kind: 'window', ...opts });
+  }
+
+  private feed(sel: LogSelection, mode: FeedMode): LogFeed {
+    const startNs = BigInt(Date.now()) * NS_PER_MS;
+    const until = mode.kind === 'window' ? mode.until : undefined;
+    // A tail follows; a window follows when asked to, unless it ended before now.
+    const follow = mode.kind === 'tail' || (mode.follow && (until === undefined || until > startNs));
+    return makeFeed(
+      (closer) => this.open(closer, sel, follow),
+      (closer, opened) => this.run(closer, sel, mode, { startNs, follow, ...opened }),
+    );
+  }
+
+  protected abstract open(closer: Closer, sel: LogSelection, follow: boolean): Promise<Opened>;
+
+  protected abstract run(closer: Closer, sel: LogSelection, mode: FeedMode, o: Opened & FeedStart): AsyncGenerator<ContainerLogLine[]>;
 }

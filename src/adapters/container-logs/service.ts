@@ -4,10 +4,10 @@
 // paused beyond it, so a slow consumer slows the reading down instead of piling lines up in memory.
 import type Docker from 'dockerode';
 import type { Readable } from 'node:stream';
-import type { ContainerLogLine, ContainerLogsPort, LogFeed, LogSelection, PlatformContainer } from '../../contracts/ports.ts';
+import type { ContainerLogLine, LogSelection, PlatformContainer } from '../../contracts/ports.ts';
 import { joinOnEvents, openLogStream, type LogParams } from './open-logs.ts';
 import { LineSource, type ContainerRef, type SourceOptions } from './line-source.ts';
-import { Closer, gather, makeFeed, mergeOrdered, Wakeup } from './merge.ts';
+import { Closer, FeedPort, gather, mergeOrdered, Wakeup, type FeedMode, type FeedStart } from './merge.ts';
 import { engineTime, NS_PER_MS, nsToTimestamp, timestampToNs } from './time.ts';
 
 const PROJECT_LABEL = 'com.docker.compose.project';
@@ -34,9 +34,6 @@ interface ContainerLogsOptions extends LogsOptions {
   resumeWindow?: number;
 }
 
-/** A feed's reading: the last lines then live, or a window of time (followed when it reaches now). */
-export type FeedMode = { kind: 'tail'; tail: number } | { kind: 'window'; since?: bigint; until?: bigint; follow: boolean };
-
 interface ResumePoint {
   /** The last line of this container already read: resume right after it. */
   after?: ContainerLogLine;
@@ -44,7 +41,13 @@ interface ResumePoint {
   since?: bigint;
 }
 
-export class ContainerLogs implements ContainerLogsPort {
+/** What a feed opened: the containers to read, and those that start later (when it follows). */
+interface Opened {
+  joins: JoinQueue;
+  containers: (PlatformContainer & { labels: Record<string, string> })[];
+}
+
+export class ContainerLogs extends FeedPort<Opened> {
   private readonly ttyCache = new Map<string, boolean>();
   private readonly opts: Required<Omit<ContainerLogsOptions, 'warn'>> & Pick<ContainerLogsOptions, 'warn'>;
 
@@ -52,6 +55,7 @@ export class ContainerLogs implements ContainerLogsPort {
     private readonly docker: Docker,
     opts: ContainerLogsOptions,
   ) {
+    super();
     this.opts = {
       resumeWindow: 2000,
       bufferBytes: 1024 * 1024,
@@ -61,27 +65,11 @@ export class ContainerLogs implements ContainerLogsPort {
     };
   }
 
-  live(selection: LogSelection, opts: { tail: number }): LogFeed {
-    return this.feed(selection, { kind: 'tail', tail: opts.tail });
-  }
-
-  window(selection: LogSelection, opts: { since?: bigint; until?: bigint; follow: boolean }): LogFeed {
-    return this.feed(selection, { kind: 'window', ...opts });
-  }
-
-  private feed(sel: LogSelection, mode: FeedMode): LogFeed {
-    const startNs = BigInt(Date.now()) * NS_PER_MS;
-    const until = mode.kind === 'window' ? mode.until : undefined;
-    const follow = mode.kind === 'tail' || (mode.follow && (until === undefined || until > startNs));
-    return makeFeed(
-      async (closer) => {
-        // Subscribe to starts before listing, so that a container starting in between is not missed.
-        const joins = new JoinQueue();
-        if (follow) await this.watchStarts(closer, sel, joins);
-        return { joins, containers: await this.list(sel) };
-      },
-      (closer, opened) => this.run(closer, sel, mode, { startNs, follow, ...opened }),
-    );
+  protected async open(closer: Closer, sel: LogSelection, follow: boolean): Promise<Opened> {
+    // Subscribe to starts before listing, so that a container starting in between is not missed.
+    const joins = new JoinQueue();
+    if (follow) await this.watchStarts(closer, sel, joins);
+    return { joins, containers: await this.list(sel) };
   }
 
   private async list(sel: LogSelection): Promise<(PlatformContainer & { labels: Record<string, string> })[]> {
@@ -146,12 +134,7 @@ export class ContainerLogs implements ContainerLogsPort {
     return { params: { follow: true, tail: 'all' } };
   }
 
-  private async *run(
-    closer: Closer,
-    sel: LogSelection,
-    mode: FeedMode,
-    { startNs, follow, joins, containers }: { startNs: bigint; follow: boolean; joins: JoinQueue; containers: (PlatformContainer & { labels: Record<string, string> })[] },
-  ): AsyncGenerator<ContainerLogLine[]> {
+  protected async *run(closer: Closer, sel: LogSelection, mode: FeedMode, { startNs, follow, joins, containers }: Opened & FeedStart): AsyncGenerator<ContainerLogLine[]> {
     const until = mode.kind === 'window' ? mode.until : undefined;
     const since = mode.kind === 'window' ? mode.since : undefined;
 

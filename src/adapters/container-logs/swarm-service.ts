@@ -9,12 +9,12 @@
 // ends a history read at the first line well past the end.
 import type Docker from 'dockerode';
 import type { Readable } from 'node:stream';
-import type { ContainerLogLine, ContainerLogsPort, LogFeed, LogSelection } from '../../contracts/ports.ts';
+import type { ContainerLogLine, LogSelection } from '../../contracts/ports.ts';
 import { HoldBack } from './hold-back.ts';
 import { LineSource, type ContainerRef, type SourceOptions } from './line-source.ts';
-import { Closer, makeFeed, mergeOrdered, Wakeup } from './merge.ts';
+import { Closer, FeedPort, mergeOrdered, Wakeup, type FeedMode, type FeedStart } from './merge.ts';
 import { joinOnEvents, openLogStream, type LogParams } from './open-logs.ts';
-import { JoinQueue, type FeedMode, type LogsOptions } from './service.ts';
+import { JoinQueue, type LogsOptions } from './service.ts';
 import { StackDirectory, taskIdOf, type StackService, type StackTask } from './swarm-directory.ts';
 import { engineTime, NS_PER_MS, nsToTimestamp, timestampToNs } from './time.ts';
 
@@ -45,38 +45,23 @@ const LIVE_BATCH = 512;
 /** Lines taken from the followers into the hold-back at most; past half of it the earliest leave at once. */
 const HOLD_PULL = 8192;
 
-export class SwarmServiceLogs implements ContainerLogsPort {
+export class SwarmServiceLogs extends FeedPort<Opened> {
   private readonly opts: Required<Omit<SwarmLogsOptions, 'warn'>> & Pick<SwarmLogsOptions, 'warn'>;
 
   constructor(
     private readonly docker: Docker,
     opts: SwarmLogsOptions,
   ) {
+    super();
     this.opts = { bufferBytes: 1024 * 1024, maxLineBytes: 1024 * 1024, untilGraceMs: 1000, holdMs: 250, stopAfterMs: 2000, ...opts };
   }
 
-  live(selection: LogSelection, opts: { tail: number }): LogFeed {
-    return this.feed(selection, { kind: 'tail', tail: opts.tail });
-  }
-
-  window(selection: LogSelection, opts: { since?: bigint; until?: bigint; follow: boolean }): LogFeed {
-    return this.feed(selection, { kind: 'window', ...opts });
-  }
-
-  private feed(sel: LogSelection, mode: FeedMode): LogFeed {
-    const startNs = BigInt(Date.now()) * NS_PER_MS;
-    const until = mode.kind === 'window' ? mode.until : undefined;
-    const follow = mode.kind === 'tail' || (mode.follow && (until === undefined || until > startNs));
-    return makeFeed(
-      async (closer): Promise<Opened> => {
-        // Subscribe to new services before listing, so that one created in between is not missed.
-        const joins = new JoinQueue();
-        if (follow && sel.containerName === undefined) await this.watchCreates(closer, sel, joins);
-        const dir = new StackDirectory(this.docker, sel.project);
-        return { dir, joins, ...(await dir.load(sel)) };
-      },
-      (closer, opened) => this.run(closer, mode, { startNs, follow, ...opened }),
-    );
+  protected async open(closer: Closer, sel: LogSelection, follow: boolean): Promise<Opened> {
+    // Subscribe to new services before listing, so that one created in between is not missed.
+    const joins = new JoinQueue();
+    if (follow && sel.containerName === undefined) await this.watchCreates(closer, sel, joins);
+    const dir = new StackDirectory(this.docker, sel.project);
+    return { dir, joins, ...(await dir.load(sel)) };
   }
 
   private async source(closer: Closer, path: string, ref: ContainerRef, params: LogParams, extra: Partial<SourceOptions>): Promise<LineSource | null> {
@@ -92,7 +77,7 @@ export class SwarmServiceLogs implements ContainerLogsPort {
     return src;
   }
 
-  private async *run(closer: Closer, mode: FeedMode, o: Opened & { startNs: bigint; follow: boolean }): AsyncGenerator<ContainerLogLine[]> {
+  protected async *run(closer: Closer, _sel: LogSelection, mode: FeedMode, o: Opened & FeedStart): AsyncGenerator<ContainerLogLine[]> {
     const { startNs, follow, dir } = o;
     const until = mode.kind === 'window' ? mode.until : undefined;
     const since = mode.kind === 'window' ? mode.since : undefined;
