@@ -201,10 +201,11 @@ export async function helperState(): Promise<HelperState | null> {
   };
 }
 
-/** Waits for the helper to exit and returns its exit code. */
+/** Waits for the helper to exit and returns its exit code; a non-zero one prints the helper's output with the test's. */
 export async function helperExit(timeoutMs = 300_000): Promise<number> {
-  const out = await docker(['wait', HELPER], { timeoutMs });
-  return Number(out.trim());
+  const code = Number((await docker(['wait', HELPER], { timeoutMs })).trim());
+  if (code !== 0) process.stderr.write(`${HELPER} exited ${code}; its output:\n${await helperLogs()}\n`);
+  return code;
 }
 
 /** A command in installer-postgres; fails the test loudly when it fails. */
