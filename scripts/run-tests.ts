@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { holdSwarmForSuite } from '../test/helpers/e2e/swarm-rig.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const vitest = path.join(root, 'node_modules/vitest/vitest.mjs');
@@ -47,6 +48,8 @@ function runVitest(name: string, projects: string[], prefix: string): Promise<{ 
   });
 }
 
+// The Swarm's run makes the rig's Swarm; it is taken down here, once all three runs have ended.
+const releaseSwarm = await holdSwarmForSuite();
 const [serial, swarm, rest] = await Promise.all([
   runVitest('serial', ['e2e-serial'], 'serial │ '),
   runVitest('swarm', ['e2e-swarm'], 'swarm │ '),
@@ -56,6 +59,12 @@ rmSync(dir, { recursive: true, force: true });
 let passed = 0;
 let failed = 0;
 let skipped = 0;
+try {
+  await releaseSwarm();
+} catch (err) {
+  process.stderr.write(`the rig's Swarm could not be taken down after the runs: ${(err as Error).message}\n`);
+  failed++;
+}
 for (const [name, r] of [['e2e-serial', serial], ['e2e-swarm', swarm], ['unit, api, e2e', rest]] as const) {
   if (!r.counts) {
     process.stderr.write(`the ${name} run ended (exit ${r.code}) without its summary\n`);

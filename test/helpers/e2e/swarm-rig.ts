@@ -166,15 +166,28 @@ const HOLDERS = path.join(tmpdir(), 'installer-swarm-holders');
  * last run holding it (a run's pid left behind by a run that died does not count).
  */
 export async function swarmForRun(): Promise<() => Promise<void>> {
+  const release = await hold();
+  await ensureSwarm();
+  return release;
+}
+
+/**
+ * For the whole suite (scripts/run-tests.ts): holds the Swarm without making it, so that the
+ * Swarm's run, ending while the others still run, leaves it up; taking it down (workers removed,
+ * the manager leaving swarm mode) stalls the engine for a moment, long enough to fail a health
+ * check of theirs. The suite takes it down once every run has ended.
+ */
+export const holdSwarmForSuite = (): Promise<() => Promise<void>> => hold();
+
+/** Leaves this process's pid among the holders; the release removes it and, when no live holder is left, the Swarm. */
+async function hold(): Promise<() => Promise<void>> {
   mkdirSync(HOLDERS, { recursive: true });
   const mine = path.join(HOLDERS, String(process.pid));
   await locked(async () => writeFileSync(mine, ''));
-  await ensureSwarm();
-  return async () => {
-    await locked(async () => {
+  return () =>
+    locked(async () => {
       rmSync(mine, { force: true });
       const others = readdirSync(HOLDERS).filter((f) => alive(Number(f)));
       if (!others.length) await removeSwarm();
     });
-  };
 }
