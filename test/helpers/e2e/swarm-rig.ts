@@ -17,8 +17,10 @@ import { docker, run } from './rig.ts';
 import { eventually } from '../shared/eventually.ts';
 
 export const SWARM_NETWORK = 'installer-swarm';
-export const SWARM_SUBNET = '192.168.213.0/24';
-export const SWARM_GATEWAY = '192.168.213.1';
+// Outside the engine's default address pools (172.17-31.0.0/16, 192.168.0.0/16 in /20s), from which
+// the other runs' compose networks are given theirs: a fixed subnet there can be taken first.
+export const SWARM_SUBNET = '10.213.0.0/24';
+export const SWARM_GATEWAY = '10.213.0.1';
 export const SWARM_NODE_IMAGE = 'installer-rig/swarm-node:latest';
 const RELAY = 'installer-swarm-relay';
 export const WORKERS = ['installer-swarm-w1', 'installer-swarm-w2'] as const;
